@@ -1,0 +1,582 @@
+"""
+FP8 attention with Delta-Matching, forward and backward, in Triton.
+
+Every one of the seven attention-core matmuls runs on FP8 tensor cores (e4m3 operands, fp32
+accumulation), and the backward's `delta` is computed from exactly the P and dP that form dS.
+
+The math (one head, tau = softmax scale, i = query row, j = key row)
+--------------------------------------------------------------------
+    S = tau Q K^T (+ causal mask)    P = softmax_row(S)    O = P V        (forward, saves LSE)
+    dV = P^T dO      dP = dO V^T      dS = P * (dP - delta)      dQ = tau dS K     dK = tau dS^T Q
+
+with delta_i = sum_j P_ij dP_ij. The subtraction of delta is the softmax Jacobian: softmax is blind
+to adding a constant to a row of S, so the gradient it passes back must be blind too, i.e.
+
+    sum_j dS_ij = delta_i - delta_i * sum_j P_ij = 0.                                  (*)
+
+FlashAttention computes delta the cheap way, delta_i = rowsum(dO_i * O_i), which equals
+sum_j P_ij dP_ij only when O is exactly P V with the backward's own P, V and dO. In FP8 it is
+not: the forward rounded P and V to FP8 to form O, O was stored in BF16, and the backward rounds
+dO and V differently to form dP. The mismatch eps_i = delta_stale_i - delta_i breaks (*): every
+row of dS then sums to -eps_i, which adds a *coherent* error -tau * eps_i * (P-weighted mean key)
+to dQ_i and -tau * sum_i eps_i P_ij Q_i to dK_j (it piles onto keys that many queries attend to,
+such as attention sinks). Elementwise FP8 rounding noise averages out over j; this does not.
+
+Delta-Matching (`delta="matched"`, the default) runs a pre-pass that recomputes S, P and
+dP = dO^ V^T from the very FP8 buffers and scales the main backward uses and accumulates
+delta_i = sum_j P_ij dP_ij / sum_j P_ij, so (*) holds to fp32 rounding. (Dividing by
+r_i = sum_j P_ij, which is 1 up to rounding, keeps (*) exact even if the backward's P were to
+differ slightly from the forward's.) It costs two extra FP8 matmuls per tile. `delta="stale"`
+uses rowsum(dO * O) and is otherwise identical: the ablation arm. dV does not involve delta, so
+it is bit-identical between the two.
+
+The seven FP8 matmuls, and where each operand's format and scale come from
+------------------------------------------------------------------------------
+    forward   S  = Q^ K^T^          Q, K: e4m3, one fp32 scale per 64 rows (per batch, head)
+              O  = P~^ V^           P~ = exp(S - running max) in [0, 1], times 256, e4m3;
+                                    V: e4m3, one scale per 128 keys (the forward's key tile)
+    backward  S  = Q^ K^T^          recomputed from the same Q^, K^ as the forward: bit-identical
+              dP = dO^ V^T^         dO: e4m3, one scale per 64 rows
+              dV = P^T^ dO^         P = exp(S - LSE) times 256, e4m3
+              dQ = dS^ K^           dS: e4m3 with one dynamic scale per tile (its amax)
+              dK = dS^T^ Q^
+    pre-pass  S and dP again (the two extra matmuls of Delta-Matching)
+
+Why these choices:
+- e4m3 everywhere. With block scales the scale takes care of range, so the extra mantissa bit of
+  e4m3 (3 bits vs e5m2's 2) is worth more than e5m2's wider exponent, gradients included.
+- Block scales. A scale is amax(tile) / 448 (448 is e4m3's largest value), so one outlier only
+  coarsens its own 64 rows. Scales multiply the fp32 accumulator after each dot: a scale that is
+  constant along the dot's reduction dimension factors out of the sum. Q, K, V, dO rows carry
+  per-row scales (a row's scale is its 64-row tile's), which factor out of S and dP because those
+  reduce over the head dimension. Where a dot reduces over tokens (P V, P^T dO, dS K, dS^T Q), the
+  token-tile of the stored operand equals the kernel's tile, so its scale is one number per dot.
+- P needs no dynamic scale: its values lie in [0, 1]. A static 256 lifts small probabilities out
+  of e4m3's subnormal range (smallest normal 2^-6) so rows dominated by one key (an attention sink)
+  keep their small entries; 256 * 1 = 256 < 448 never overflows.
+- dS is tiny (it shrinks roughly like 1/sequence length), so it gets a dynamic scale per tile.
+- Hopper's FP8 tensor cores want the B operand of a dot contiguous along the reduction dimension
+  ("K-major"); reading it otherwise was measured 6x slower. Q K^T and dO V^T reduce over the head
+  dimension and read Q, K, V, dO as stored. P V, P^T dO, dS K and dS^T Q reduce over tokens, so
+  the quantize kernel also writes token-contiguous copies (V^T, dO^T, K^T, Q^T).
+
+All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for finite inputs.
+The forward saves LSE (in base 2) and recomputes P in the backward: no N x N buffer anywhere.
+
+Layout of the code: quantize kernel -> forward kernel -> backward pre-pass + dQ kernel ->
+dK/dV kernel -> Python launchers -> torch.library custom op (so torch.compile sees through it)
+-> `attention()`, the public entry point, which checks its inputs.
+"""
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0     # largest finite e4m3 value
+P_SCALE = 256.0     # static scale for P in [0, 1] before its e4m3 cast
+LOG2E = 1.4426950408889634
+PAD = 128           # token buffers are padded to a multiple of the largest tile
+HEAD_DIMS = (64, 128)
+
+# Tiles. The token-tile of each stored FP8 operand must equal the tile of the kernel that
+# reduces over it (see the docstring): V's scale tile = forward BLOCK_N; Q^T's and dO^T's =
+# dK/dV BLOCK_M; K^T's = dQ BLOCK_N. Q and K share one 64-row tile so that the forward and the
+# backward read the same Q^ and K^ and recompute the same S.
+FWD_BLOCK_M, FWD_BLOCK_N = 128, 128
+DQ_BLOCK_M, DQ_BLOCK_N = 128, 64
+DKV_BLOCK_N, DKV_BLOCK_M = 128, 64
+QK_TILE = 64
+V_TILE = FWD_BLOCK_N
+DO_TILE = DKV_BLOCK_M
+assert QK_TILE == DQ_BLOCK_N == DKV_BLOCK_M
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantize: X (B, H, N, D), any strides -> X^ (B*H, N_pad, D) and/or X^T (B*H, D, N_pad) in e4m3,
+# scale (B*H, N_pad) fp32, with X ~= X^ * scale[row]. One scale per TILE rows: amax(tile) / 448.
+# Rows >= N are written as zeros, so kernels can read whole tiles without masks.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _quantize_kernel(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N, N_pad, H,
+                     TILE: tl.constexpr, D: tl.constexpr,
+                     WRITE_ROWS: tl.constexpr, WRITE_COLS: tl.constexpr):
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    rows = pid_t * TILE + tl.arange(0, TILE)
+    cols = tl.arange(0, D)
+    x = tl.load(X + b * stride_b + h * stride_h + rows[:, None] * stride_n + cols[None, :] * stride_d,
+                mask=rows[:, None] < N, other=0.0).to(tl.float32)
+    # the floor keeps 448 / amax finite for an all-zero (or all-subnormal) tile
+    amax = tl.maximum(tl.max(tl.abs(x)), 1e-30)
+    x8 = (x * (448.0 / amax)).to(tl.float8e4nv)
+    if WRITE_ROWS:
+        tl.store(X8 + pid_bh * N_pad * D + rows[:, None] * D + cols[None, :], x8)
+    if WRITE_COLS:
+        tl.store(X8T + pid_bh * D * N_pad + cols[:, None] * N_pad + rows[None, :], tl.trans(x8))
+    tl.store(SCALE + pid_bh * N_pad + rows, tl.zeros([TILE], tl.float32) + amax / 448.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward: O_i = sum_j softmax(S)_ij V_j with S = tau Q^ K^T^, online softmax in base 2.
+#   s = S * log2(e); m = running row max; l = running sum of exp2(s - m);
+#   acc += (256 * exp2(s - m))^ V^ / 256; O = acc / l; LSE2 = m + log2(l)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
+               D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+    offs_d = tl.arange(0, D)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                 # (D, BLOCK_N)
+        sk = tl.load(SK + offs_n)
+        s = tl.dot(q, kT) * qs[:, None] * sk[None, :]                            # (BLOCK_M, BLOCK_N)
+        if MASK:
+            keep = offs_n[None, :] < N
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None])
+            s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(VT8 + offs_d[None, :] * N_pad + offs_n[:, None])             # (BLOCK_N, D), token-contiguous
+        sv = tl.load(SVT + start_n)                                              # one scale per key tile
+        pv = tl.dot((p * 256.0).to(tl.float8e4nv), v)
+        acc = acc * alpha[:, None] + pv * (sv / 256.0)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(Q8, SQ, K8, SK, VT8, SVT, O, LSE, qk_scale, N, N_pad, H, H_KV,
+                stride_ob, stride_oh, stride_on,
+                D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    bh_kv = b * H_KV + h // (H // H_KV)        # grouped-query attention: H // H_KV query heads share a KV head
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+
+    q = tl.load(Q8 + pid_bh * N_pad * D + offs_m[:, None] * D + offs_d[None, :])
+    qs = tl.load(SQ + pid_bh * N_pad + offs_m) * qk_scale      # Q's row scale times tau * log2(e)
+    K8 += bh_kv * N_pad * D
+    SK += bh_kv * N_pad
+    VT8 += bh_kv * D * N_pad
+    SVT += bh_kv * N_pad
+
+    m_i = tl.zeros([BLOCK_M], tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    # Key tiles that need no mask first, then the ones that do (the diagonal, or the last partial
+    # tile). Every row has an unmasked key in the first tile it sees, so m_i is finite from then on.
+    if CAUSAL:
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, start_m,
+                                   N, N_pad, D, BLOCK_N, CAUSAL, False)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, start_m,
+                                   tl.minimum(start_m + BLOCK_M, N_pad), N, N_pad, D, BLOCK_N, CAUSAL, True)
+    else:
+        n_full = (N // BLOCK_N) * BLOCK_N
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_full,
+                                   N, N_pad, D, BLOCK_N, CAUSAL, False)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_full, N_pad,
+                                   N, N_pad, D, BLOCK_N, CAUSAL, True)
+    o = acc / l_i[:, None]
+    row_ok = offs_m < N
+    tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
+             o.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + pid_bh * N + offs_m, m_i + tl.math.log2(l_i), mask=row_ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward, query-owned: the Delta-Matching pre-pass, then dQ.
+# For a tile of query rows i, over key tiles j:
+#   P_ij = exp2(s_ij - LSE2_i) (S recomputed from Q^, K^ exactly as in the forward)
+#   dP_ij = dO^_i . V^_j
+#   pre-pass:  delta_i = sum_j P_ij dP_ij / sum_j P_ij                  (MATCHED only)
+#   main loop: dS_ij = P_ij (dP_ij - delta_i);  dQ_i = tau sum_j dS^_ij K^_j
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N,
+               D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
+    sk = tl.load(SK + offs_n)
+    s = tl.dot(q, kT) * qs[:, None] * sk[None, :]
+    if MASK:
+        keep = offs_n[None, :] < N
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
+    p = tl.math.exp2(s - lse[:, None])
+    vT = tl.load(V8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
+    sv = tl.load(SV + offs_n)
+    dp = tl.dot(do, vT) * sdo[:, None] * sv[None, :]
+    return p, dp
+
+
+@triton.jit
+def _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, lo, hi, N,
+                 D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+    for start_n in range(lo, hi, BLOCK_N):
+        p, dp = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
+        pdp += tl.sum(p * dp, 1)
+        r += tl.sum(p, 1)
+    return pdp, r
+
+
+@triton.jit
+def _dq_inner(dq, rowsum, rowabs, delta, q, qs, do, sdo, lse, K8, SK, KT8, SKT, V8, SV, offs_m, lo, hi, N, N_pad,
+              D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
+              DEBUG: tl.constexpr):
+    offs_d = tl.arange(0, D)
+    for start_n in range(lo, hi, BLOCK_N):
+        p, dp = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
+        ds = p * (dp - delta[:, None])
+        if DEBUG:   # the invariant (*) and its natural size, for tests
+            rowsum += tl.sum(ds, 1)
+            rowabs += tl.sum(tl.abs(p * dp), 1)
+        amax = tl.maximum(tl.max(tl.abs(ds)), 1e-30)
+        ds8 = (ds * (448.0 / amax)).to(tl.float8e4nv)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(KT8 + offs_d[None, :] * N_pad + offs_n[:, None])             # (BLOCK_N, D), token-contiguous
+        skt = tl.load(SKT + start_n)
+        dq += tl.dot(ds8, k) * (amax / 448.0 * skt)
+    return dq, rowsum, rowabs
+
+
+@triton.jit
+def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, SKT, V8, SV, DO8, SDO, LSE, DELTA, DQ, ROWSUM, sm_scale, qk_scale,
+                   N, N_pad, H, H_KV, stride_dqb, stride_dqh, stride_dqn,
+                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                   MATCHED: tl.constexpr, DEBUG: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    bh_kv = b * H_KV + h // (H // H_KV)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < N
+
+    q = tl.load(Q8 + pid_bh * N_pad * D + offs_m[:, None] * D + offs_d[None, :])
+    qs = tl.load(SQ + pid_bh * N_pad + offs_m) * qk_scale
+    do = tl.load(DO8 + pid_bh * N_pad * D + offs_m[:, None] * D + offs_d[None, :])
+    sdo = tl.load(SDO + pid_bh * N_pad + offs_m)
+    # Padding rows get LSE = +inf, hence P = 0: they contribute nothing anywhere.
+    lse = tl.load(LSE + pid_bh * N + offs_m, mask=row_ok, other=float("inf"))
+    K8 += bh_kv * N_pad * D
+    SK += bh_kv * N_pad
+    KT8 += bh_kv * D * N_pad
+    SKT += bh_kv * N_pad
+    V8 += bh_kv * N_pad * D
+    SV += bh_kv * N_pad
+
+    # Key tiles [0, n_free) need no mask; [n_free, n_end) do (causal diagonal or padding).
+    if CAUSAL:
+        n_free = start_m
+        n_end = tl.minimum(start_m + BLOCK_M, N_pad)
+    else:
+        n_free = (N // BLOCK_N) * BLOCK_N
+        n_end = N_pad
+
+    if MATCHED:
+        # The Delta-Matching pre-pass: the same P and dP tiles the main loop below forms dS from.
+        pdp = tl.zeros([BLOCK_M], tl.float32)
+        r = tl.zeros([BLOCK_M], tl.float32)
+        pdp, r = _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, 0, n_free, N,
+                              D, BLOCK_N, CAUSAL, False)
+        pdp, r = _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, n_free, n_end, N,
+                              D, BLOCK_N, CAUSAL, True)
+        delta = tl.where(row_ok, pdp / tl.where(row_ok, r, 1.0), 0.0)
+        tl.store(DELTA + pid_bh * N_pad + offs_m, delta)
+    else:
+        delta = tl.load(DELTA + pid_bh * N_pad + offs_m)
+
+    dq = tl.zeros([BLOCK_M, D], tl.float32)
+    rowsum = tl.zeros([BLOCK_M], tl.float32)
+    rowabs = tl.zeros([BLOCK_M], tl.float32)
+    dq, rowsum, rowabs = _dq_inner(dq, rowsum, rowabs, delta, q, qs, do, sdo, lse, K8, SK, KT8, SKT, V8, SV,
+                                   offs_m, 0, n_free, N, N_pad, D, BLOCK_N, CAUSAL, False, DEBUG)
+    dq, rowsum, rowabs = _dq_inner(dq, rowsum, rowabs, delta, q, qs, do, sdo, lse, K8, SK, KT8, SKT, V8, SV,
+                                   offs_m, n_free, n_end, N, N_pad, D, BLOCK_N, CAUSAL, True, DEBUG)
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqn + offs_d[None, :],
+             (dq * sm_scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
+    if DEBUG:
+        tl.store(ROWSUM + pid_bh * N_pad * 2 + offs_m * 2, rowsum)
+        tl.store(ROWSUM + pid_bh * N_pad * 2 + offs_m * 2 + 1, rowabs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward, key-owned: dK and dV for a tile of keys j, over every query tile i (and, for
+# grouped-query attention, every query head that shares this KV head). Transposed orientation:
+#   S^T_ji = tau K^_j . Q^_i, P^T_ji = exp2(s_ji - LSE2_i)    (same products as the dQ kernel)
+#   dV_j += sum_i (256 P_ij)^ dO^_i / 256
+#   dP^T_ji = V^_j . dO^_i;   dS^T_ji = P_ij (dP_ij - delta_i)
+#   dK_j += tau sum_i dS^T^_ji Q^_i
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _dkdv_inner(dk, dv, k, sk, v, sv, Q8, SQ, QT8, SQT, DO8, SDO, DOT8, SDOT, LSE, DELTA, qk_scale,
+                offs_n, lo, hi, N, N_pad,
+                D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+    offs_d = tl.arange(0, D)
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        qT = tl.load(Q8 + offs_m[None, :] * D + offs_d[:, None])                 # (D, BLOCK_M)
+        qs = tl.load(SQ + offs_m) * qk_scale
+        lse = tl.load(LSE + offs_m, mask=offs_m < N, other=float("inf"))
+        sT = tl.dot(k, qT) * qs[None, :] * sk[:, None]                           # (BLOCK_N, BLOCK_M)
+        if MASK:
+            sT = tl.where(offs_m[None, :] >= offs_n[:, None], sT, float("-inf"))
+        pT = tl.math.exp2(sT - lse[None, :])
+        do = tl.load(DOT8 + offs_d[None, :] * N_pad + offs_m[:, None])           # (BLOCK_M, D), token-contiguous
+        sdot = tl.load(SDOT + start_m)
+        dv += tl.dot((pT * 256.0).to(tl.float8e4nv), do) * (sdot / 256.0)
+        doT = tl.load(DO8 + offs_m[None, :] * D + offs_d[:, None])               # (D, BLOCK_M)
+        sdo = tl.load(SDO + offs_m)
+        dpT = tl.dot(v, doT) * sdo[None, :] * sv[:, None]
+        delta = tl.load(DELTA + offs_m)
+        dsT = pT * (dpT - delta[None, :])
+        amax = tl.maximum(tl.max(tl.abs(dsT)), 1e-30)
+        ds8 = (dsT * (448.0 / amax)).to(tl.float8e4nv)
+        q = tl.load(QT8 + offs_d[None, :] * N_pad + offs_m[:, None])             # (BLOCK_M, D), token-contiguous
+        sqt = tl.load(SQT + start_m)
+        dk += tl.dot(ds8, q) * (amax / 448.0 * sqt)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q8, SQ, QT8, SQT, K8, SK, V8, SV, DO8, SDO, DOT8, SDOT, LSE, DELTA, DK, DV,
+                     sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
+                     D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_bhk = tl.program_id(1)
+    b = pid_bhk // H_KV
+    hk = pid_bhk % H_KV
+    group = H // H_KV
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+
+    k = tl.load(K8 + pid_bhk * N_pad * D + offs_n[:, None] * D + offs_d[None, :])
+    sk = tl.load(SK + pid_bhk * N_pad + offs_n)
+    v = tl.load(V8 + pid_bhk * N_pad * D + offs_n[:, None] * D + offs_d[None, :])
+    sv = tl.load(SV + pid_bhk * N_pad + offs_n)
+    dk = tl.zeros([BLOCK_N, D], tl.float32)
+    dv = tl.zeros([BLOCK_N, D], tl.float32)
+    # Query rows past N have LSE = +inf (P = 0) and dO = 0: no mask needed for them. Key rows past N
+    # are computed but never stored.
+    m_end = tl.cdiv(N, BLOCK_M) * BLOCK_M
+    for g in range(group):
+        bh = b * H + hk * group + g
+        rows = bh * N_pad * D      # offset of this head's (N_pad, D) and (D, N_pad) FP8 buffers
+        vec = bh * N_pad           # offset of its per-row scales and delta
+        if CAUSAL:
+            # queries i < start_n see none of these keys; the diagonal band needs the mask
+            diag_end = tl.minimum(start_n + BLOCK_N, m_end)
+            dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
+                                 SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
+                                 offs_n, start_n, diag_end, N, N_pad, D, BLOCK_M, CAUSAL, True)
+            dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
+                                 SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
+                                 offs_n, diag_end, m_end, N, N_pad, D, BLOCK_M, CAUSAL, False)
+        else:
+            dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
+                                 SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
+                                 offs_n, 0, m_end, N, N_pad, D, BLOCK_M, CAUSAL, False)
+    key_ok = offs_n[:, None] < N
+    out = b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
+    tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------------
+def _padded(n):
+    return triton.cdiv(n, PAD) * PAD
+
+
+def quantize(x, tile, rows=True, cols=False):
+    """Block-scaled e4m3 copy of x (B, H, N, D): returns (x8 or None, x8T or None, scale) with
+    x8 (B*H, N_pad, D), x8T (B*H, D, N_pad) and scale (B*H, N_pad), x ~= x8 * scale[..., None].
+    One scale per `tile` rows. Public so tests can build references from the dequantized inputs."""
+    B, H, N, D = x.shape
+    n_pad = _padded(N)
+    x8 = torch.empty((B * H, n_pad, D), device=x.device, dtype=FP8) if rows else None
+    x8t = torch.empty((B * H, D, n_pad), device=x.device, dtype=FP8) if cols else None
+    scale = torch.empty((B * H, n_pad), device=x.device, dtype=torch.float32)
+    _quantize_kernel[(n_pad // tile, B * H)](
+        x, *x.stride(), x8 if rows else scale, x8t if cols else scale, scale, N, n_pad, H,
+        TILE=tile, D=D, WRITE_ROWS=rows, WRITE_COLS=cols, num_warps=4)
+    return x8, x8t, scale
+
+
+def _forward(q, k, v, causal, sm_scale):
+    B, H, N, D = q.shape
+    H_kv = k.shape[1]
+    n_pad = _padded(N)
+    q8, _, sq = quantize(q, QK_TILE)
+    k8, _, sk = quantize(k, QK_TILE)
+    _, vt8, sv = quantize(v, V_TILE, rows=False, cols=True)
+    o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    _fwd_kernel[(triton.cdiv(N, FWD_BLOCK_M), B * H)](
+        q8, sq, k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3],
+        D=D, BLOCK_M=FWD_BLOCK_M, BLOCK_N=FWD_BLOCK_N, CAUSAL=causal, num_warps=8, num_stages=3)
+    return o, lse
+
+
+def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
+    """Returns dq, dk, dv (and, with debug=True, a dict with delta and the per-row sums of dS)."""
+    B, H, N, D = q.shape
+    H_kv = k.shape[1]
+    n_pad = _padded(N)
+    # Same tiles as the forward for Q and K: bit-identical Q^, K^, hence the forward's S and LSE.
+    q8, qt8, sq = quantize(q, QK_TILE, cols=True)
+    k8, kt8, sk = quantize(k, QK_TILE, cols=True)
+    v8, _, sv = quantize(v, V_TILE)
+    do8, dot8, sdo = quantize(do, DO_TILE, cols=True)
+    matched = delta == "matched"
+    if matched:
+        delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
+    else:   # FlashAttention's delta from the forward's output: stale under FP8
+        delta_buf = torch.zeros((B * H, n_pad), device=q.device, dtype=torch.float32)
+        delta_buf[:, :N] = (do.float() * o.float()).sum(-1).reshape(B * H, N)
+    rowsum = torch.zeros((B * H, n_pad, 2), device=q.device, dtype=torch.float32) if debug else delta_buf
+    dq = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    dk = torch.empty((B, H_kv, N, D), device=q.device, dtype=k.dtype)
+    dv = torch.empty((B, H_kv, N, D), device=q.device, dtype=v.dtype)
+    qk_scale = sm_scale * LOG2E
+    _bwd_dq_kernel[(triton.cdiv(N, DQ_BLOCK_M), B * H)](
+        q8, sq, k8, sk, kt8, sk, v8, sv, do8, sdo, lse, delta_buf, dq, rowsum, sm_scale, qk_scale,
+        N, n_pad, H, H_kv, *dq.stride()[:3],
+        D=D, BLOCK_M=DQ_BLOCK_M, BLOCK_N=DQ_BLOCK_N, CAUSAL=causal, MATCHED=matched, DEBUG=debug,
+        num_warps=8, num_stages=2)
+    _bwd_dkdv_kernel[(triton.cdiv(N, DKV_BLOCK_N), B * H_kv)](
+        q8, sq, qt8, sq, k8, sk, v8, sv, do8, sdo, dot8, sdo, lse, delta_buf, dk, dv,
+        sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3],
+        D=D, BLOCK_N=DKV_BLOCK_N, BLOCK_M=DKV_BLOCK_M, CAUSAL=causal, num_warps=8, num_stages=2)
+    if not debug:
+        return dq, dk, dv
+    info = {"delta": delta_buf[:, :N].reshape(B, H, N),
+            "ds_rowsum": rowsum[:, :N, 0].reshape(B, H, N),
+            "pdp_abs_rowsum": rowsum[:, :N, 1].reshape(B, H, N)}
+    return dq, dk, dv, info
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.library custom op: torch.compile traces through the fake implementations, autograd
+# through register_autograd. The real implementations launch the Triton kernels above.
+# ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("fp8_attention::fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
+            delta: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(q, k, v, causal, sm_scale)     # `delta` only matters to the backward
+
+
+@_fwd_op.register_fake
+def _(q, k, v, causal, sm_scale, delta):
+    B, H, N, D = q.shape
+    return q.new_empty((B, H, N, D)), q.new_empty((B, H, N), dtype=torch.float32)
+
+
+@torch.library.custom_op("fp8_attention::bwd", mutates_args=())
+def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse: torch.Tensor, causal: bool, sm_scale: float, delta: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward(do, q, k, v, o, lse, causal, sm_scale, delta)
+
+
+@_bwd_op.register_fake
+def _(do, q, k, v, o, lse, causal, sm_scale, delta):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, ctx.causal, ctx.sm_scale, ctx.delta = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+
+
+def _fwd_op_backward(ctx, do, dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _bwd_op(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta)
+    return dq, dk, dv, None, None, None
+
+
+_fwd_op.register_autograd(_fwd_op_backward, setup_context=_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry point
+# ---------------------------------------------------------------------------------------------
+def fp8_supported(device=None):
+    """True where this kernel can run: a CUDA GPU with FP8 tensor cores (compute capability >= 8.9:
+    Ada, Hopper, Blackwell), or any CPU tensor under the Triton interpreter (TRITON_INTERPRET=1)."""
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
+    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _check_inputs(q, k, v, delta):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"attention: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"attention: {name} must be 4-D (batch, heads, seq_len, head_dim), got shape {tuple(x.shape)}")
+        if x.dtype not in (torch.bfloat16, torch.float16):
+            raise TypeError(f"attention: {name} has dtype {x.dtype}; accepted dtypes are torch.bfloat16 and torch.float16")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise TypeError(f"attention: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"attention: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    (B, H, N, D), (Bk, Hk, Nk, Dk) = q.shape, k.shape
+    if k.shape != v.shape:
+        raise ValueError(f"attention: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if Bk != B or Nk != N or Dk != D:
+        raise ValueError(f"attention: batch, seq_len and head_dim must match between q {tuple(q.shape)} and k/v {tuple(k.shape)}")
+    if Hk == 0 or H % Hk != 0:
+        raise ValueError(f"attention: q's {H} heads must be a multiple of k/v's {Hk} heads (grouped-query attention)")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
+    if N == 0 or B == 0:
+        raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
+    if delta not in ("matched", "stale"):
+        raise ValueError(f"attention: delta must be 'matched' or 'stale', got {delta!r}")
+    dev = q.device
+    if dev.type == "cuda":
+        if not fp8_supported(dev):
+            cap = torch.cuda.get_device_capability(dev)
+            raise RuntimeError(f"attention: {torch.cuda.get_device_name(dev)} (compute capability {cap[0]}.{cap[1]}) "
+                               "has no FP8 tensor cores; FP8 attention needs compute capability 8.9 or newer "
+                               "(Ada, Hopper, Blackwell). Use PyTorch SDPA on this GPU.")
+    elif dev.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("attention: q, k, v are CPU tensors; the kernel runs on a CUDA GPU, or on the CPU only "
+                             "under the Triton interpreter (set TRITON_INTERPRET=1 before importing attention_fp8)")
+    else:
+        raise ValueError(f"attention: unsupported device {dev}; use a CUDA GPU")
+
+
+def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
+    """FP8 attention: softmax(sm_scale * q k^T [+ causal mask]) v with Delta-Matching in the backward.
+
+    q: (B, H, N, D); k, v: (B, H_kv, N, D) with H % H_kv == 0; bf16 or fp16; D in {64, 128}.
+    sm_scale defaults to 1 / sqrt(D). delta="matched" (Delta-Matching) or "stale" (rowsum(dO * O),
+    the ablation arm). Returns o (B, H, N, D) in q's dtype; differentiable in q, k, v."""
+    _check_inputs(q, k, v, delta)
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(q.shape[-1])
+    o, _ = _fwd_op(q, k, v, bool(causal), float(sm_scale), delta)
+    return o
