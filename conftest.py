@@ -21,3 +21,8 @@ if not torch.cuda.is_available():
         triton_shim = None
     if triton_shim is not None and os.environ["TRITON_INTERPRET"] == "1":
         triton_shim.install()
+
+
+def pytest_configure(config):
+    # the interpreter's own numpy deprecation noise, once per kernel op
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:triton.runtime.interpreter")
