@@ -1,0 +1,84 @@
+"""
+Typed configuration for train.py, sample.py and bench_train.py: a dataclass of defaults, then the
+command line applied left to right. A preset is a small Python file of assignments (`n_layer = 6`);
+`--key=value` sets one field. An unknown key, or a value that does not fit the field's type, is an error
+that names the key (nanoGPT's configurator accepts typos silently; this one does not).
+
+    python train.py config/shakespeare.py --batch_size=32 --compile=False
+"""
+import dataclasses
+import difflib
+import os
+import types
+import typing
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _convert(key, value, typ, where):
+    """value (a str from the command line, or a Python value from a preset) as the field's type."""
+    choices = typing.get_args(typ) if typing.get_origin(typ) is typing.Literal else None
+    from_cli = isinstance(value, str) and where.startswith("--")
+    if choices is not None:
+        if value in choices:
+            return value
+        raise ConfigError(f"{key}={value!r} ({where}): expected one of {', '.join(map(repr, choices))}")
+    if typ is bool:
+        if from_cli and value.lower() in ("true", "1", "yes"):
+            return True
+        if from_cli and value.lower() in ("false", "0", "no"):
+            return False
+        if isinstance(value, bool):
+            return value
+    elif typ is int:
+        try:
+            if from_cli:
+                return int(value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        except ValueError:
+            pass
+    elif typ is float:
+        try:
+            if from_cli:
+                return float(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        except ValueError:
+            pass
+    elif typ is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise ConfigError(f"{key}: the configurator does not handle fields of type {typ}")
+    raise ConfigError(f"{key}={value!r} ({where}): expected a value of type {typ.__name__}")
+
+
+def _set(cfg, key, value, where, hints):
+    if key not in hints:
+        close = difflib.get_close_matches(key, list(hints), n=1)
+        raise ConfigError(f"unknown config key {key!r} ({where})" + (f"; did you mean {close[0]!r}?" if close else ""))
+    setattr(cfg, key, _convert(key, value, hints[key], where))
+
+
+def parse(cfg, argv):
+    """Apply presets and --key=value overrides from argv to the dataclass instance cfg; returns cfg."""
+    hints = {f.name: typing.get_type_hints(type(cfg))[f.name] for f in dataclasses.fields(cfg)}
+    for arg in argv:
+        if arg.startswith("--"):
+            if "=" not in arg:
+                raise ConfigError(f"{arg}: write overrides as --key=value")
+            key, value = arg[2:].split("=", 1)
+            _set(cfg, key, value, arg, hints)
+        else:
+            if not os.path.isfile(arg):
+                raise ConfigError(f"config file {arg} not found (arguments are preset files or --key=value)")
+            namespace = {}
+            with open(arg) as f:
+                exec(compile(f.read(), arg, "exec"), namespace)
+            for key, value in namespace.items():
+                if not key.startswith("_") and not isinstance(value, types.ModuleType):
+                    _set(cfg, key, value, arg, hints)
+    return cfg

@@ -1,0 +1,230 @@
+"""
+Token shards, the tokenizer and the helpers every data/<name>/prepare.py shares.
+
+Shard format (llm.c): a header of 256 int32 (magic 20240520, version 1, token count, rest zero), then the
+tokens as uint16. Every document starts with the end-of-text token. Files are named
+<name>_val_000000.bin / <name>_train_000000.bin ... next to a meta.json that records the tokenizer and
+the token counts; train.py reads the model's vocab size from it.
+
+Tokenizer: GPT-2 through tiktoken. tiktoken downloads its BPE file on first use; offline, point
+TIKTOKEN_CACHE_DIR at a folder that holds it. If neither works we fall back, with a one-line notice, to
+byte-level tokens (0..255, end-of-text 256), so every machine can still train.
+"""
+import glob
+import json
+import os
+import re
+
+import numpy as np
+
+MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
+HEADER_BYTES = HEADER_INTS * 4
+SHARD_TOKENS = 100_000_000  # llm.c's shard size: 200 MB of uint16
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -----------------------------------------------------------------------------------------------------
+# tokenizer
+
+class Tokenizer:
+    """The two tokenizers behind one face: name, vocab_size, eot, encode(str) -> list, decode(list)."""
+
+    def __init__(self, name, enc=None):
+        self.name, self.enc = name, enc
+        if enc is not None:  # gpt2
+            self.vocab_size, self.eot = enc.n_vocab, enc.eot_token  # 50257, 50256
+        else:  # bytes
+            self.vocab_size, self.eot = 257, 256
+
+    def encode(self, text):
+        return self.enc.encode_ordinary(text) if self.enc else list(text.encode("utf-8"))
+
+    def encode_batch(self, texts, num_threads=8):
+        if self.enc:  # tiktoken releases the GIL, so threads do help
+            return self.enc.encode_ordinary_batch(texts, num_threads=num_threads)
+        return [list(t.encode("utf-8")) for t in texts]
+
+    def decode(self, ids):
+        ids = [i for i in ids if i < self.vocab_size]  # the model's padded vocab can emit unused ids
+        if self.enc:
+            return self.enc.decode(ids)
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+def get_tokenizer(name="gpt2"):
+    """'gpt2' -> tiktoken GPT-2 (or the byte fallback, with a notice, when it cannot load); 'bytes'."""
+    if name == "bytes":
+        return Tokenizer("bytes")
+    if name != "gpt2":
+        raise ValueError(f"unknown tokenizer {name!r}: expected 'gpt2' or 'bytes'")
+    errors = []
+    try:
+        import tiktoken
+        # r50k_base first: it has GPT-2's exact ranks, regex and <|endoftext|>, and it is one file, the one
+        # an offline TIKTOKEN_CACHE_DIR holds. 'gpt2' needs two other files, so trying it first would make
+        # a network attempt on every offline machine.
+        for enc_name in ("r50k_base", "gpt2"):
+            try:
+                return Tokenizer("gpt2", tiktoken.get_encoding(enc_name))
+            except Exception as e:
+                errors.append(f"{enc_name}: {type(e).__name__}")
+    except ImportError as e:
+        errors.append(f"tiktoken: {e}")
+    print(f"tokenizer: GPT-2 BPE unavailable ({'; '.join(errors)}); using byte-level tokens "
+          "(set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's r50k_base file, see README)")
+    return Tokenizer("bytes")
+
+
+def tokenize(texts, tok, num_threads=8):
+    """Documents -> one uint16 array per document, each led by the end-of-text token (llm.c)."""
+    assert tok.vocab_size <= 2**16, "uint16 shards need a vocab of at most 65536"
+    for ids in tok.encode_batch(texts, num_threads=num_threads):
+        yield np.array([tok.eot] + ids, dtype=np.uint16)
+
+
+# -----------------------------------------------------------------------------------------------------
+# shards
+
+def atomic_write(path, write_fn, mode="wb"):
+    """Write through a temporary file in the same folder, then rename: a crash never leaves half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, mode) as f:
+            write_fn(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_shard(path, tokens):
+    tokens = np.asarray(tokens)
+    if tokens.dtype != np.uint16:
+        assert tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**16), "tokens must fit in uint16"
+        tokens = tokens.astype(np.uint16)
+    header = np.zeros(HEADER_INTS, dtype=np.int32)
+    header[:3] = MAGIC, VERSION, len(tokens)
+
+    def write(f):
+        f.write(header.tobytes())
+        f.write(tokens.tobytes())
+    atomic_write(path, write)
+
+
+def prepare_command(data_dir):
+    """What to run to (re)make the shards in data_dir, for error messages."""
+    try:
+        with open(os.path.join(data_dir, "meta.json")) as f:
+            return json.load(f)["prepare"]
+    except (OSError, ValueError, KeyError):
+        pass
+    script = os.path.join(data_dir, "prepare.py")
+    if os.path.exists(script):
+        return f"python {os.path.relpath(script)}"
+    return "the data/<dataset>/prepare.py that wrote these shards (see README, Datasets)"
+
+
+def read_shard(path):
+    """Check magic, version and size, then memory-map the tokens: a uint16 array of the shard's length."""
+    hint = prepare_command(os.path.dirname(os.path.abspath(path)))
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"shard {path} is missing; run: {hint}")
+    size = os.path.getsize(path)
+    if size < HEADER_BYTES:
+        raise ValueError(f"shard {path} is {size} bytes, shorter than its 1024-byte header; re-run: {hint}")
+    header = np.fromfile(path, dtype=np.int32, count=HEADER_INTS)
+    if header[0] != MAGIC:
+        raise ValueError(f"shard {path} has magic {header[0]}, expected {MAGIC} (not an llm.c token shard?); "
+                         f"re-run: {hint}")
+    if header[1] != VERSION:
+        raise ValueError(f"shard {path} has version {header[1]}, expected {VERSION} (uint16 tokens); "
+                         f"re-run: {hint}")
+    ntok = int(header[2])
+    if size != HEADER_BYTES + 2 * ntok:
+        raise ValueError(f"shard {path} is {size} bytes but its header promises {ntok} tokens "
+                         f"({HEADER_BYTES + 2 * ntok} bytes): truncated or corrupt; re-run: {hint}")
+    return np.memmap(path, dtype=np.uint16, mode="r", offset=HEADER_BYTES, shape=(ntok,))
+
+
+def shard_paths(data_dir, split):
+    paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+    if not paths:
+        raise FileNotFoundError(f"no {split} shards (*_{split}_*.bin) in {data_dir}; run: "
+                                f"{prepare_command(data_dir)}")
+    return paths
+
+
+def load_meta(data_dir):
+    path = os.path.join(data_dir, "meta.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing (data not prepared, or preparation was interrupted); "
+                                f"run: {prepare_command(data_dir)}")
+    with open(path) as f:
+        return json.load(f)
+
+
+class ShardWriter:
+    """Stream documents into <name>_<split>_%06d.bin shards of shard_tokens each; returns token count."""
+
+    def __init__(self, out_dir, name, split, shard_tokens=SHARD_TOKENS):
+        self.out_dir, self.name, self.split, self.shard_tokens = out_dir, name, split, shard_tokens
+        self.buf, self.nbuf, self.index, self.total = [], 0, 0, 0
+        os.makedirs(out_dir, exist_ok=True)
+
+    def add(self, doc):
+        while len(doc):  # a document may straddle two shards, as in llm.c
+            take = doc[: self.shard_tokens - self.nbuf]
+            self.buf.append(take)
+            self.nbuf += len(take)
+            doc = doc[len(take):]
+            if self.nbuf == self.shard_tokens:
+                self._flush()
+
+    def _flush(self):
+        path = os.path.join(self.out_dir, f"{self.name}_{self.split}_{self.index:06d}.bin")
+        write_shard(path, np.concatenate(self.buf) if self.buf else np.zeros(0, np.uint16))
+        self.total += self.nbuf
+        self.buf, self.nbuf, self.index = [], 0, self.index + 1
+
+    def close(self):
+        if self.nbuf or self.index == 0:
+            self._flush()
+        # a re-run that makes fewer shards must not leave old ones behind for the loader to find
+        pattern = re.compile(rf"{re.escape(self.name)}_{self.split}_(\d+)\.bin$")
+        for f in os.listdir(self.out_dir):
+            m = pattern.match(f)
+            if m and int(m.group(1)) >= self.index:
+                os.remove(os.path.join(self.out_dir, f))
+        return self.total
+
+
+def write_meta(out_dir, **info):
+    atomic_write(os.path.join(out_dir, "meta.json"), lambda f: json.dump(info, f, indent=1), mode="w")
+
+
+def write_dataset(out_dir, name, splits, tok, source, prepare, num_threads=8, progress=None, **extra):
+    """splits: {'val': texts, 'train': texts} (iterables of str). Writes the shards, then meta.json last,
+    so a meta.json on disk means a complete dataset. prepare: the command that remakes it (for errors).
+    progress(n) is called after each n documents."""
+    if os.path.exists(os.path.join(out_dir, "meta.json")):
+        os.remove(os.path.join(out_dir, "meta.json"))  # incomplete until rewritten below
+    counts = {}
+    for split, texts in splits.items():
+        w = ShardWriter(out_dir, name, split)
+        batch = []
+
+        def flush():
+            for doc in tokenize(batch, tok, num_threads):
+                w.add(doc)
+            if progress:
+                progress(len(batch))
+            batch.clear()
+        for t in texts:
+            batch.append(t)
+            if len(batch) == 256:
+                flush()
+        flush()
+        counts[f"{split}_tokens"] = w.close()
+    write_meta(out_dir, tokenizer=tok.name, vocab_size=tok.vocab_size, eot=tok.eot, source=source,
+               prepare=prepare, **counts, **extra)
+    return counts

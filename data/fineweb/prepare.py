@@ -1,0 +1,70 @@
+"""
+FineWeb / FineWeb-Edu, already tokenized with GPT-2 into llm.c shards (the files modded-nanogpt uses):
+100M tokens per shard, shard 0 is val. Files already present and intact are skipped, so re-running
+resumes an interrupted download; each file is written to a temporary name, then renamed.
+
+    python data/fineweb/prepare.py                    # val + 8 train shards (900M tokens) -> data/fineweb10B
+    python data/fineweb/prepare.py --train_shards=103 # all of FineWeb 10B
+    python data/fineweb/prepare.py --edu              # FineWeb-Edu 10B (99 train shards) -> data/finewebedu10B
+then: python train.py --dataset=fineweb10B ...
+"""
+import argparse
+import os
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from tqdm import tqdm  # noqa: E402
+
+from data.common import atomic_write, read_shard, write_meta  # noqa: E402
+
+DATA = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = {  # name: (Hugging Face dataset, file prefix, train shards available)
+    "fineweb10B": ("kjj0/fineweb10B-gpt2", "fineweb", 103),
+    "finewebedu10B": ("kjj0/finewebedu10B-gpt2", "finewebedu", 99),
+}
+
+
+def download(url, path):
+    with urllib.request.urlopen(url, timeout=60) as r, tqdm(total=int(r.headers.get("Content-Length", 0)),
+                                                            unit="B", unit_scale=True, desc=os.path.basename(path),
+                                                            disable=None) as bar:
+        def write(f):
+            while chunk := r.read(1 << 20):
+                f.write(chunk)
+                bar.update(len(chunk))
+        atomic_write(path, write)
+
+
+def prepare(name="fineweb10B", train_shards=8, out_dir=None):
+    repo, prefix, available = SOURCES[name]
+    out_dir = out_dir or os.path.join(DATA, name)
+    os.makedirs(out_dir, exist_ok=True)
+    files = [f"{prefix}_val_000000.bin"] + [f"{prefix}_train_{i:06d}.bin" for i in range(1, min(train_shards, available) + 1)]
+    counts = {"val_tokens": 0, "train_tokens": 0}
+    for fname in files:
+        path = os.path.join(out_dir, fname)
+        try:
+            tokens = read_shard(path)  # present and intact: keep it
+        except (OSError, ValueError):
+            url = f"https://huggingface.co/datasets/{repo}/resolve/main/{fname}"
+            try:
+                download(url, path)
+            except OSError as e:
+                raise SystemExit(f"could not download {url} ({e}); the files already here are kept, re-run to "
+                                 "continue")
+            tokens = read_shard(path)
+        counts["val_tokens" if "_val_" in fname else "train_tokens"] += len(tokens)
+    command = f"python data/fineweb/prepare.py --train_shards={train_shards}" + (" --edu" if prefix == "finewebedu" else "")
+    write_meta(out_dir, tokenizer="gpt2", vocab_size=50257, eot=50256, source=f"huggingface.co/datasets/{repo}",
+               prepare=command, **counts)
+    print(f"{out_dir}: {counts['train_tokens']:,} train and {counts['val_tokens']:,} val tokens")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--edu", action="store_true", help="FineWeb-Edu instead of FineWeb")
+    p.add_argument("--train_shards", type=int, default=8, help="how many 100M-token train shards")
+    p.add_argument("--out_dir", default=None)
+    a = p.parse_args()
+    prepare("finewebedu10B" if a.edu else "fineweb10B", a.train_shards, a.out_dir)

@@ -1,0 +1,329 @@
+"""
+A GPT language model for the Delta-Matching FP8 attention experiments, nanoGPT-style, in one file.
+
+Read top to bottom: norms and RoPE, the attention switch, CausalSelfAttention, MLP, Block, GPTConfig, GPT.
+The attention path is one setting, GPTConfig.attention:
+  "sdpa"       PyTorch scaled_dot_product_attention in the autocast dtype (BF16 on GPU, fp32 on CPU)
+  "fp8"        attention_fp8.attention: block-scaled FP8 in all 7 attention matmuls, delta matched to the
+               P and dP the backward uses (see ../shared/DELTA_MATCHING.md)
+  "fp8_stale"  the same kernel with FlashAttention's stale delta = rowsum(dO * O): the paper's ablation
+resolve_attention("auto", device) gives "fp8" where the GPU has FP8 tensor cores and "sdpa" elsewhere.
+The paper's knobs: qk_norm, pos ("rope", "learned" as in GPT-2, or "none" = NoPE), n_kv_head (GQA).
+"""
+import inspect
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ATTENTION_PATHS = {
+    "fp8": "fp8 Delta-Matching (block-scaled e4m3, matched delta)",
+    "fp8_stale": "fp8 stale delta (ablation: FlashAttention's delta = rowsum(dO*O))",
+    "sdpa": "sdpa (PyTorch scaled_dot_product_attention)",
+}
+_fp8_attention = None  # attention_fp8.attention, imported only when an fp8 path is built
+
+
+def fp8_unavailable(device):
+    """Why the FP8 kernel cannot run on `device`, or None when it can."""
+    device = torch.device(device)
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return f"no CUDA GPU (device {device.type})"  # on CPU the kernel runs only in Triton's interpreter
+    try:
+        import attention_fp8
+    except Exception as e:  # the kernel has not landed, or triton is missing
+        return f"attention_fp8 does not import ({type(e).__name__}: {e})"
+    if device.type == "cuda":
+        name, cap = torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
+        supported = getattr(attention_fp8, "fp8_supported", lambda d: cap >= (8, 9))
+        if not supported(device):
+            return f"{name} (compute capability {cap[0]}.{cap[1]}) has no FP8 tensor cores (needs 8.9+)"
+    return None
+
+
+def resolve_attention(requested, device):
+    """'auto' -> 'fp8' where the GPU has FP8 tensor cores, else 'sdpa'. Returns (path, why not fp8 or None)."""
+    if requested == "sdpa":
+        return "sdpa", None
+    if requested == "auto":
+        # never the CPU interpreter by choice: it is for tests, thousands of times slower than SDPA
+        why = fp8_unavailable(device) if torch.device(device).type == "cuda" else "no CUDA GPU"
+        return ("sdpa", why) if why else ("fp8", None)
+    why = fp8_unavailable(device)
+    if why:
+        raise RuntimeError(f"attention={requested} cannot run here: {why}. Use --attention=sdpa (or auto)")
+    return requested, None
+
+
+# -----------------------------------------------------------------------------------------------------
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class RMSNorm(nn.Module):
+    """For QK-norm: RMS-normalize each head's q and k; the learned gain sets the attention temperature."""
+
+    def __init__(self, ndim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+
+    def forward(self, x):  # in fp32: a bf16 input with an fp32 weight would take a slow unfused path
+        return F.rms_norm(x.float(), self.weight.shape, self.weight, 1e-6).type_as(x)
+
+
+def rope_cache(seq_len, head_dim, base):
+    """cos, sin of shape (1, T, 1, hs/2): channel pair i turns by angle t * base^(-2i/hs) at position t."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)  # (T, hs/2)
+    return angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
+
+
+def apply_rope(x, cos, sin):
+    """Rotate the pairs (x[i], x[i + hs/2]) of x (B, T, nh, hs); in fp32, then back to x's dtype."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0, f"n_embd {config.n_embd} is not a multiple of n_head {config.n_head}"
+        assert config.n_head % config.n_kv_head == 0, f"n_head {config.n_head} is not a multiple of n_kv_head {config.n_kv_head}"
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = config.n_embd // config.n_head
+        # q for every head, k and v for the n_kv_head groups (GQA), in one matmul
+        self.c_attn = nn.Linear(config.n_embd, (config.n_head + 2 * config.n_kv_head) * self.head_dim, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.q_norm = RMSNorm(self.head_dim) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim) if config.qk_norm else None
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout
+        self.attention = config.attention
+        if self.attention != "sdpa":
+            assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: expected one of {list(ATTENTION_PATHS)}"
+            assert self.head_dim in (64, 128), f"the fp8 kernel needs head dim 64 or 128, got n_embd/n_head = {self.head_dim}"
+            assert config.dropout == 0.0, "the fp8 kernel has no attention dropout: set dropout=0"
+            global _fp8_attention
+            if _fp8_attention is None:
+                from attention_fp8 import attention
+                _fp8_attention = attention
+
+    def forward(self, x, rope=None):
+        B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
+        hs = self.head_dim
+        q, k, v = self.c_attn(x).split([self.n_head * hs, self.n_kv_head * hs, self.n_kv_head * hs], dim=2)
+        q = q.view(B, T, self.n_head, hs)  # (B, T, nh, hs)
+        k = k.view(B, T, self.n_kv_head, hs)  # (B, T, nkv, hs)
+        v = v.view(B, T, self.n_kv_head, hs)  # (B, T, nkv, hs)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh|nkv, T, hs)
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                               is_causal=True, enable_gqa=self.n_kv_head != self.n_head)
+        else:
+            # the kernel takes bf16/fp16 only (and does GQA itself); an fp32 run rounds to bf16 around it
+            dtype = q.dtype if q.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+            y = _fp8_attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=True,
+                               delta="stale" if self.attention == "fp8_stale" else "matched").to(q.dtype)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, rope=None):
+        x = x + self.attn(self.ln_1(x), rope)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int = 12  # < n_head: grouped-query attention, n_head / n_kv_head query heads per k/v head
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = False  # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
+    qk_norm: bool = False  # RMSNorm on each head's q and k before attention
+    pos: str = "rope"  # "rope", "learned" (GPT-2's position table) or "none" (NoPE)
+    rope_base: float = 10000.0
+    attention: str = "sdpa"  # "sdpa", "fp8", "fp8_stale"; see resolve_attention for "auto"
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.vocab_size is not None and config.block_size is not None
+        assert config.pos in ("rope", "learned", "none"), f"pos={config.pos!r}: expected rope, learned or none"
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        if config.pos == "learned":
+            self.transformer.wpe = nn.Embedding(config.block_size, config.n_embd)
+        if config.pos == "rope":  # not in the state dict: recomputed for whatever block_size a run uses
+            cos, sin = rope_cache(config.block_size, config.n_embd // config.n_head, config.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # weight tying: the input embedding and the output projection share one matrix
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        # scaled init of the residual projections, per the GPT-2 paper: the residual stream sums 2*n_layer of them
+        for pn, p in self.named_parameters():
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def get_num_params(self, non_embedding=True):
+        """Parameter count. non_embedding drops the position table; the token embedding stays in because,
+        tied to lm_head, it does the work of the output layer."""
+        n_params = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.config.pos == "learned":
+            n_params -= self.transformer.wpe.weight.numel()
+        return n_params
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets=None):
+        b, t = idx.size()
+        assert t <= self.config.block_size, f"sequence of length {t} exceeds block_size {self.config.block_size}"
+        x = self.transformer.wte(idx)  # (b, t, n_embd)
+        if self.config.pos == "learned":
+            x = x + self.transformer.wpe(torch.arange(t, device=idx.device))  # (t, n_embd) broadcast over b
+        x = self.transformer.drop(x)
+        rope = (self.rope_cos[:, :t], self.rope_sin[:, :t]) if self.config.pos == "rope" else None
+        for block in self.transformer.h:
+            x = block(x, rope)
+        x = self.transformer.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)  # (b, t, vocab_size)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        else:  # inference: only the last position's logits are needed
+            logits = self.lm_head(x[:, [-1], :])  # (b, 1, vocab_size); the list index keeps the time dim
+            loss = None
+        return logits, loss
+
+    def load_state(self, state_dict):
+        """Load weights saved by train.py, tolerating the key prefixes torch.compile ('_orig_mod.') and DDP
+        ('module.') add. A learned position table is cropped to a shorter block_size; a longer one is
+        refused: there are no trained rows for the new positions (RoPE and NoPE extend freely)."""
+        sd = {}
+        for k, v in state_dict.items():
+            while k.startswith(("_orig_mod.", "module.")):
+                k = k.split(".", 1)[1]
+            sd[k] = v
+        wpe = sd.get("transformer.wpe.weight")
+        if wpe is not None and self.config.pos == "learned":
+            if wpe.size(0) < self.config.block_size:
+                raise ValueError(f"the checkpoint has learned positions for {wpe.size(0)} tokens; it cannot run at "
+                                 f"block_size {self.config.block_size}. Context extension needs pos=rope or none")
+            sd["transformer.wpe.weight"] = wpe[: self.config.block_size]
+        self.load_state_dict(sd)
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        # weight decay on the matrices (matmul weights, embeddings); none on gains and biases
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        # fused AdamW: one kernel for the whole update on CUDA
+        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+    def flops_per_token(self):
+        """Training FLOPs per token (forward + backward), as in the PaLM paper appendix B and nanoGPT:
+        6 per parameter, plus 12 * L * H * hs * T for the attention scores and weighted sum. Causal
+        attention is counted in full (not halved), like nanoGPT, so figures stay comparable to it."""
+        cfg = self.config
+        return 6 * self.get_num_params() + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * cfg.block_size
+
+    def estimate_mfu(self, fwdbwd_per_iter, dt, device_name):
+        """Model FLOPs utilization of one device as a fraction of its BF16 dense peak; None for an unknown
+        device. The fp8 attention paths are measured against the BF16 peak too: the linear layers, which do
+        most of the FLOPs, run in BF16, and one scale keeps the attention paths comparable."""
+        peak = peak_flops(device_name)
+        if peak is None:
+            return None
+        flops_per_iter = self.flops_per_token() * self.config.block_size * fwdbwd_per_iter
+        return flops_per_iter / dt / peak
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Extend idx (b, t) by max_new_tokens tokens sampled one at a time; the context is cropped to
+        block_size. Call model.eval() first."""
+        for _ in range(max_new_tokens):
+            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("Inf")
+            probs = F.softmax(logits, dim=-1)
+            idx_next = torch.multinomial(probs, num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+# BF16 dense tensor-core peak FLOP/s per GPU, from the vendor data sheets (sparsity not counted). Matched by
+# substring of torch.cuda.get_device_name(), first match wins: keep the more specific names first.
+PEAK_BF16_FLOPS = [
+    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.5e12), ("H200", 989.5e12), ("H800", 989.5e12),
+    ("GH200", 989.5e12), ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12),
+    ("L4", 121e12), ("RTX 4090", 165.2e12), ("RTX 3090", 71e12), ("RTX 6000 Ada", 364e12), ("A6000", 154.8e12),
+]
+
+
+def peak_flops(device_name):
+    for key, flops in PEAK_BF16_FLOPS:
+        if key in device_name:
+            return flops
+    return None

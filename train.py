@@ -1,0 +1,399 @@
+"""
+Train a GPT with BF16 SDPA or FP8 Delta-Matching attention, on one device or many.
+
+    python train.py                                    # smoke test on the built-in corpus (GPU, or CPU)
+    python train.py config/shakespeare.py --max_iters=2000
+    torchrun --standalone --nproc_per_node=8 train.py config/ablation.py --attention=fp8_stale
+    python train.py config/ablation.py --init_from=resume --block_size=4096 --learning_rate=1e-4 --max_iters=6000
+
+Without a preset on a machine with no GPU, config/cpu_tiny.py is applied first. Settings are the fields of
+TrainConfig; presets and --key=value overrides are checked against their types (configurator.py).
+"""
+import json
+import math
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+import configurator
+from data.common import load_meta, read_shard, shard_paths
+from model import ATTENTION_PATHS, GPT, GPTConfig, peak_flops, resolve_attention
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CPU_PRESET = os.path.join(HERE, "config", "cpu_tiny.py")
+ARCH_KEYS = ("n_layer", "n_head", "n_kv_head", "n_embd", "bias", "qk_norm", "pos", "rope_base")
+
+
+@dataclass
+class TrainConfig:
+    # I/O. The defaults are the GPU smoke test: ~80M parameters, a few minutes on one H100/H200.
+    out_dir: str = "out"
+    dataset: str = "builtin"  # a folder under data/ (builtin, shakespeare, fineweb10B, ...) or a path to one
+    init_from: Literal["scratch", "resume"] = "scratch"  # resume: continue from out_dir/ckpt.pt
+    eval_interval: int = 250
+    eval_tokens: int = 2**19  # validation budget: the same first eval_tokens of the val split at every eval
+    log_interval: int = 10
+    save_checkpoint: bool = True  # at every eval and at the end, never after a non-finite loss
+    seed: int = 1337
+    # model
+    n_layer: int = 6
+    n_head: int = 6  # head dim n_embd / n_head must be 64 or 128 for the fp8 kernel
+    n_kv_head: int = 0  # 0: same as n_head; fewer: grouped-query attention
+    n_embd: int = 768
+    block_size: int = 1024
+    dropout: float = 0.0
+    bias: bool = False
+    qk_norm: bool = False
+    pos: Literal["rope", "learned", "none"] = "rope"
+    rope_base: float = 10000.0
+    attention: Literal["auto", "fp8", "fp8_stale", "sdpa"] = "auto"  # auto: fp8 where the GPU has FP8 tensor cores
+    # optimization
+    batch_size: int = 16  # sequences per micro-batch per process
+    gradient_accumulation_steps: int = 4  # micro-batches per step in total; N processes do this / N each
+    max_iters: int = 1000
+    learning_rate: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int = 0  # cosine decay from warmup_iters to here (0: to max_iters), then min_lr
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0: no clipping
+    # system
+    device: str = "auto"  # auto (cuda if there is one), cpu, cuda, cuda:1, ...
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # auto: bf16 autocast on GPUs that have it, else fp32
+    compile: bool = True
+
+
+def load_config(argv):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not any(not a.startswith("--") for a in argv) and not torch.cuda.is_available():
+        print("config: no GPU, so config/cpu_tiny.py first (the default model would take hours on a CPU)")
+        argv = [CPU_PRESET] + argv
+    cfg = configurator.parse(TrainConfig(), argv)
+    for key in ("max_iters", "batch_size", "gradient_accumulation_steps", "block_size", "eval_interval",
+                "log_interval", "eval_tokens"):
+        if getattr(cfg, key) < 1:
+            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be at least 1")
+    return cfg
+
+
+def dataset_dir(dataset):
+    return dataset if os.sep in dataset or "/" in dataset else os.path.join(HERE, "data", dataset)
+
+
+# -----------------------------------------------------------------------------------------------------
+# data: train batches are random windows; window positions are a pure function of (seed, iteration,
+# micro-batch), so resuming needs only the iteration number and replays nothing, and N processes that
+# split the micro-batches between them see exactly the tokens one process would.
+
+class TrainData:
+    def __init__(self, data_dir, block_size, seed):
+        self.shards = [s for s in map(read_shard, shard_paths(data_dir, "train")) if len(s) > block_size]
+        if not self.shards:
+            raise ValueError(f"no train shard in {data_dir} is longer than block_size {block_size}")
+        self.lengths = np.array([len(s) for s in self.shards])
+        self.block_size, self.seed = block_size, seed
+
+    def batch(self, iter_num, micro, batch_size, device):
+        T = self.block_size
+        rng = np.random.default_rng([self.seed, iter_num, micro])
+        which = rng.choice(len(self.shards), size=batch_size, p=self.lengths / self.lengths.sum())
+        starts = rng.integers(0, self.lengths[which] - T)  # window [start, start + T + 1) fits the shard
+        buf = np.stack([self.shards[s][o:o + T + 1] for s, o in zip(which, starts)]).astype(np.int64)
+        xy = torch.from_numpy(buf)
+        if device.type == "cuda":
+            xy = xy.pin_memory().to(device, non_blocking=True)
+        return xy[:, :-1], xy[:, 1:]  # inputs and next-token targets, (B, T) each
+
+
+def val_windows(data_dir, block_size, eval_tokens, multiple):
+    """The fixed validation set: consecutive windows from the start of the val split, (n, T + 1) int64,
+    n trimmed to a multiple of batch_size * world_size so every eval batch has the same shape."""
+    T = block_size
+    need, parts = (eval_tokens // T) * T + 1, []
+    for path in shard_paths(data_dir, "val"):
+        parts.append(np.array(read_shard(path)[:need - sum(map(len, parts))]))
+        if sum(map(len, parts)) >= need:
+            break
+    tokens = np.concatenate(parts)
+    n = (len(tokens) - 1) // T
+    n = n // multiple * multiple or n
+    if n == 0:
+        raise ValueError(f"the val split of {data_dir} has {len(tokens)} tokens, fewer than block_size + 1")
+    if n * T < eval_tokens:
+        print(f"val: {n * T:,} tokens ({n} windows), fewer than eval_tokens={eval_tokens:,}")
+    return torch.from_numpy(tokens[np.arange(n)[:, None] * T + np.arange(T + 1)].astype(np.int64))
+
+
+@torch.no_grad()
+def evaluate(model, windows, batch_size, rank, world, device, ctx):
+    """Mean loss per token over the fixed val windows; each rank takes every world-th window and the sums
+    are reduced, so all ranks return the same figure. Returns a dict of metrics for the log: this is the
+    place for more per-eval measurements (a delta-mismatch monitor on a probe batch per layer, off by
+    default, would add its figures here and they land in the same JSONL line)."""
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of token losses, token count)
+    mine = windows[rank::world]
+    for i in range(0, len(mine), batch_size):
+        xy = mine[i:i + batch_size].to(device)
+        with ctx:
+            _, loss = model(xy[:, :-1], xy[:, 1:])
+        total[0] += loss.double() * xy[:, 1:].numel()
+        total[1] += xy[:, 1:].numel()
+    if world > 1:
+        dist.all_reduce(total)
+    model.train()
+    return {"val_loss": (total[0] / total[1]).item()}
+
+
+def get_lr(it, cfg):
+    decay_iters = cfg.lr_decay_iters or cfg.max_iters
+    if it < cfg.warmup_iters:  # linear warmup
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it >= decay_iters:
+        return cfg.min_lr
+    ratio = (it - cfg.warmup_iters) / max(1, decay_iters - cfg.warmup_iters)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
+
+
+def rng_state(device):
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state, device):
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def save_checkpoint(path, ckpt):
+    """torch.save to a temporary file beside path, then rename: a crash mid-save keeps the previous one."""
+    tmp = path + ".tmp"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+# -----------------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    try:
+        cfg = load_config(argv)
+    except configurator.ConfigError as e:
+        raise SystemExit(f"config error: {e}")
+
+    # one process, or one of N under torchrun (RANK is set); NCCL between GPUs, gloo between CPU processes
+    ddp = "RANK" in os.environ
+    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")) if ddp else (0, 0, 1)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(f"cuda:{local_rank}" if ddp and device == "cuda" else device)
+    if ddp:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    master = rank == 0
+    say = tqdm.write if master else (lambda *a, **k: None)
+    try:
+        train(cfg, device, ddp, rank, local_rank, world, master, say)
+    finally:
+        if ddp:
+            dist.destroy_process_group()
+
+
+def train(cfg, device, ddp, rank, local_rank, world, master, say):
+    if cfg.gradient_accumulation_steps % world:
+        raise SystemExit(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must be a multiple of "
+                         f"the {world} processes")
+    accum = cfg.gradient_accumulation_steps // world  # micro-batches per process per step
+    tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    dtype = cfg.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
+
+    # data; the built-in corpus prepares itself the first time (smaller on a CPU, to start quickly)
+    data_dir = dataset_dir(cfg.dataset)
+    if cfg.dataset == "builtin" and not os.path.exists(os.path.join(data_dir, "meta.json")):
+        if local_rank == 0:
+            from data.builtin.prepare import prepare
+            prepare(data_dir, max_mb=256 if device.type == "cuda" else 16)
+        if ddp:
+            dist.barrier()
+    meta = load_meta(data_dir)
+    train_data = TrainData(data_dir, cfg.block_size, cfg.seed)
+    val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world)
+    vocab_size = math.ceil(meta["vocab_size"] / 64) * 64  # GPT-2's 50257 -> 50304: faster matmuls
+
+    # model
+    attention, why_not_fp8 = resolve_attention(cfg.attention, device)
+    model_args = {k: getattr(cfg, k) for k in ARCH_KEYS}
+    model_args.update(n_kv_head=cfg.n_kv_head or cfg.n_head, block_size=cfg.block_size, vocab_size=vocab_size,
+                      dropout=cfg.dropout, attention=attention)
+    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
+    iter_num, best_val_loss, ckpt = 0, float("inf"), None
+    if cfg.init_from == "resume":
+        if not os.path.exists(ckpt_path):
+            raise SystemExit(f"--init_from=resume: no checkpoint at {ckpt_path}")
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own file: RNG states too
+        changed = [f"{k}={ckpt['model_args'][k]}" for k in ARCH_KEYS if ckpt["model_args"][k] != model_args[k]]
+        if changed:
+            say(f"resume: architecture from the checkpoint: {', '.join(changed)}")
+        model_args.update({k: ckpt["model_args"][k] for k in ARCH_KEYS})
+        if ckpt["model_args"]["vocab_size"] != vocab_size:
+            raise SystemExit(f"the checkpoint's vocab is {ckpt['model_args']['vocab_size']}, the dataset's "
+                             f"{vocab_size} ({meta['tokenizer']} tokenizer): resume on the data it was trained on")
+        if model_args["pos"] == "learned" and ckpt["model_args"]["block_size"] != cfg.block_size:
+            raise SystemExit("learned positions cannot change block_size on resume (no trained rows for new "
+                             "positions); context extension needs pos=rope or pos=none")
+        iter_num, best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
+    model = GPT(GPTConfig(**model_args))
+    if ckpt:
+        model.load_state(ckpt["model"])
+    model.to(device)
+    raw_model = model  # the uncompiled, unwrapped module: clean state_dict keys, estimate_mfu
+    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device.type)
+    if ckpt:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        if len(ckpt["rng"]) == world:
+            set_rng_state(ckpt["rng"][rank], device)
+        else:
+            say(f"resume: the checkpoint has RNG states for {len(ckpt['rng'])} processes, not {world}; reseeding")
+            torch.manual_seed(cfg.seed + rank + iter_num)
+        del ckpt
+    else:
+        torch.manual_seed(cfg.seed + rank)  # dropout differs between ranks
+    if cfg.compile:
+        model = torch.compile(model)
+    eval_model = model  # evaluation bypasses DDP: it needs no gradient sync
+    if ddp:
+        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    precision = "bf16 autocast" if dtype == "bfloat16" else "fp32"
+    say(f"attention: {ATTENTION_PATHS[attention]} | {precision} | "
+        + (f"cuda {device_name}" if device.type == "cuda" else device.type)
+        + (f" x {world}" if world > 1 else "") + (f" (fp8 unavailable: {why_not_fp8})" if why_not_fp8 else ""))
+    say(f"model: {raw_model.get_num_params() / 1e6:.2f}M parameters, {model_args['n_layer']} layers, "
+        f"d={model_args['n_embd']}, "
+        f"{model_args['n_head']} heads ({model_args['n_kv_head']} kv), pos={model_args['pos']}, "
+        f"qk_norm={model_args['qk_norm']}, block_size={cfg.block_size}, compile={cfg.compile}")
+    say(f"data: {data_dir} ({meta['tokenizer']} tokens, {meta['train_tokens']:,} train); {tokens_per_iter:,} "
+        f"tokens per step = {world} x {accum} x {cfg.batch_size} x {cfg.block_size}")
+    if peak_flops(device_name) is None:
+        say(f"MFU: n/a (unknown peak for {device_name})")
+
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    log_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if master else None
+
+    def log(**row):
+        if master:
+            log_file.write(json.dumps(row) + "\n")
+            log_file.flush()
+
+    log(event="start", attention=attention, device=device_name, world=world, torch=torch.__version__,
+        params=raw_model.get_num_params(), config=asdict(cfg))
+    if iter_num >= cfg.max_iters:
+        say(f"checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to do (raise max_iters)")
+        return
+
+    start_iter, t_train, n_timed, last_loss = iter_num, 0.0, 0, None
+    bar = tqdm(total=cfg.max_iters, initial=iter_num, unit="it", disable=None if master else True, dynamic_ncols=True)
+    while True:
+        lr = get_lr(iter_num, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # evaluate and checkpoint (skipped right after a resume: nothing changed since the save)
+        just_resumed = cfg.init_from == "resume" and iter_num == start_iter
+        if (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters) and not just_resumed:
+            metrics = evaluate(eval_model, val, cfg.batch_size, rank, world, device, ctx)
+            best_val_loss = min(best_val_loss, metrics["val_loss"])
+            rngs = [None] * world
+            if ddp:
+                dist.all_gather_object(rngs, rng_state(device))
+            else:
+                rngs = [rng_state(device)]
+            note = ""
+            if cfg.save_checkpoint and master:
+                save_checkpoint(ckpt_path, {
+                    "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "model_args": model_args, "config": asdict(cfg), "iter_num": iter_num,
+                    "best_val_loss": best_val_loss, "rng": rngs, "meta": meta})
+                note = f" | saved {ckpt_path}"
+            say(f"iter {iter_num} | val loss {metrics['val_loss']:.4f} (best {best_val_loss:.4f}){note}")
+            log(iter=iter_num, **metrics)
+        if iter_num == cfg.max_iters:
+            break
+
+        # one optimizer step: accum micro-batches; rank r takes global micro-batches r*accum .. r*accum+accum-1
+        t0 = time.time()
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(accum):
+            if ddp:  # all-reduce the gradients only after the last micro-batch
+                model.require_backward_grad_sync = micro == accum - 1
+            x, y = train_data.batch(iter_num, rank * accum + micro, cfg.batch_size, device)
+            with ctx:
+                _, loss = model(x, y)
+            loss = loss / accum
+            loss_sum += loss.detach()
+            loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+        log_now = iter_num % cfg.log_interval == 0 or iter_num + 1 == cfg.max_iters
+        if ddp and log_now:
+            dist.all_reduce(loss_sum)
+            loss_sum /= world
+        # one sync per step. The gradient norm is global (after DDP's all-reduce), so every rank sees a
+        # non-finite one and stops at the same step, before the optimizer can spoil the weights.
+        loss_value, norm_value = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)]).tolist()
+        if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+            saved = f"the last good checkpoint is {ckpt_path}" if cfg.save_checkpoint and os.path.exists(ckpt_path) else "no checkpoint was saved"
+            raise SystemExit(f"stopping: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} "
+                             f"at iter {iter_num} (loss {loss_value}, grad norm {norm_value}, lr {lr:.3g}); {saved}. "
+                             "Try a lower learning_rate or longer warmup_iters.")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        dt = time.time() - t0
+        if iter_num > start_iter:  # the first step includes compilation and warm-up
+            t_train, n_timed = t_train + dt, n_timed + 1
+        if log_now:
+            row = dict(iter=iter_num, loss=loss_value, lr=lr, grad_norm=norm_value)
+            line = f"iter {iter_num} | loss {loss_value:.4f} | lr {lr:.2e} | norm {norm_value:.2f}"
+            if n_timed:
+                row["tok_per_s"] = tokens_per_iter * n_timed / t_train
+                line += f" | {row['tok_per_s']:,.0f} tok/s"
+                mfu = raw_model.estimate_mfu(accum * cfg.batch_size * n_timed, t_train, device_name)
+                if mfu is not None:
+                    row["mfu"] = mfu
+                    line += f" | mfu {100 * mfu:.1f}%"
+                t_train, n_timed = 0.0, 0
+            say(line)
+            log(**row)
+        last_loss = loss_value
+        iter_num += 1
+        bar.update(1)
+    bar.close()
+    if master:
+        log_file.close()
+    return last_loss
+
+
+if __name__ == "__main__":
+    main()
