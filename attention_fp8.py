@@ -82,17 +82,27 @@ LOG2E = 1.4426950408889634
 PAD = 128           # token buffers are padded to a multiple of the largest tile
 HEAD_DIMS = (64, 128)
 
-# Tiles. The token-tile of each stored FP8 operand must equal the tile of the kernel that
-# reduces over it (see the docstring): V's scale tile = forward BLOCK_N; Q^T's and dO^T's =
-# dK/dV BLOCK_M; K^T's = dQ BLOCK_N. Q and K share one 64-row tile so that the forward and the
-# backward read the same Q^ and K^ and recompute the same S.
-FWD_BLOCK_M, FWD_BLOCK_N = 128, 128
-DQ_BLOCK_M, DQ_BLOCK_N = 128, 64
-DKV_BLOCK_N, DKV_BLOCK_M = 128, 64
-QK_TILE = 64
-V_TILE = FWD_BLOCK_N
-DO_TILE = DKV_BLOCK_M
-assert QK_TILE == DQ_BLOCK_N == DKV_BLOCK_M
+# Tiles and launch settings per head dim, read at every call (the benchmark sweeps them).
+# The token-tile of each stored FP8 operand must equal the tile of the kernel that reduces over it
+# (see the docstring): V's scale tile = fwd BLOCK_N; Q^T's and dO^T's = dkdv BLOCK_M; K^T's = dq
+# BLOCK_N. Q and K share one tile size so that forward and backward read the same Q^ and K^ and
+# recompute the same S; so dq BLOCK_N == dkdv BLOCK_M.
+CONFIGS = {
+    64: {"fwd": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+         "dq": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
+         "dkdv": dict(BLOCK_N=128, BLOCK_M=64, num_warps=8, num_stages=2)},
+    128: {"fwd": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+          "dq": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
+          "dkdv": dict(BLOCK_N=128, BLOCK_M=64, num_warps=8, num_stages=2)},
+}
+
+
+def tiles(D):
+    """The quantization tile (rows per scale) of Q and K, V, and dO for head dim D."""
+    cfg = CONFIGS[D]
+    assert cfg["dq"]["BLOCK_N"] == cfg["dkdv"]["BLOCK_M"], "Q/K tile must serve both backward kernels"
+    assert max(c[b] for c in cfg.values() for b in ("BLOCK_M", "BLOCK_N")) <= PAD
+    return cfg["dq"]["BLOCK_N"], cfg["fwd"]["BLOCK_N"], cfg["dkdv"]["BLOCK_M"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,14 +436,16 @@ def _forward(q, k, v, causal, sm_scale):
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
-    q8, _, sq = quantize(q, QK_TILE)
-    k8, _, sk = quantize(k, QK_TILE)
-    _, vt8, sv = quantize(v, V_TILE, rows=False, cols=True)
+    qk_tile, v_tile, _ = tiles(D)
+    q8, _, sq = quantize(q, qk_tile)
+    k8, _, sk = quantize(k, qk_tile)
+    _, vt8, sv = quantize(v, v_tile, rows=False, cols=True)
     o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    _fwd_kernel[(triton.cdiv(N, FWD_BLOCK_M), B * H)](
+    cfg = CONFIGS[D]["fwd"]
+    _fwd_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
         q8, sq, k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3],
-        D=D, BLOCK_M=FWD_BLOCK_M, BLOCK_N=FWD_BLOCK_N, CAUSAL=causal, num_warps=8, num_stages=3)
+        D=D, CAUSAL=causal, **cfg)
     return o, lse
 
 
@@ -442,11 +454,12 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
+    qk_tile, v_tile, do_tile = tiles(D)
     # Same tiles as the forward for Q and K: bit-identical Q^, K^, hence the forward's S and LSE.
-    q8, qt8, sq = quantize(q, QK_TILE, cols=True)
-    k8, kt8, sk = quantize(k, QK_TILE, cols=True)
-    v8, _, sv = quantize(v, V_TILE)
-    do8, dot8, sdo = quantize(do, DO_TILE, cols=True)
+    q8, qt8, sq = quantize(q, qk_tile, cols=True)
+    k8, kt8, sk = quantize(k, qk_tile, cols=True)
+    v8, _, sv = quantize(v, v_tile)
+    do8, dot8, sdo = quantize(do, do_tile, cols=True)
     matched = delta == "matched"
     if matched:
         delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
@@ -458,15 +471,14 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
     dk = torch.empty((B, H_kv, N, D), device=q.device, dtype=k.dtype)
     dv = torch.empty((B, H_kv, N, D), device=q.device, dtype=v.dtype)
     qk_scale = sm_scale * LOG2E
-    _bwd_dq_kernel[(triton.cdiv(N, DQ_BLOCK_M), B * H)](
+    cfg = CONFIGS[D]["dq"]
+    _bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
         q8, sq, k8, sk, kt8, sk, v8, sv, do8, sdo, lse, delta_buf, dq, rowsum, sm_scale, qk_scale,
-        N, n_pad, H, H_kv, *dq.stride()[:3],
-        D=D, BLOCK_M=DQ_BLOCK_M, BLOCK_N=DQ_BLOCK_N, CAUSAL=causal, MATCHED=matched, DEBUG=debug,
-        num_warps=8, num_stages=2)
-    _bwd_dkdv_kernel[(triton.cdiv(N, DKV_BLOCK_N), B * H_kv)](
+        N, n_pad, H, H_kv, *dq.stride()[:3], D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
+    cfg = CONFIGS[D]["dkdv"]
+    _bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
         q8, sq, qt8, sq, k8, sk, v8, sv, do8, sdo, dot8, sdo, lse, delta_buf, dk, dv,
-        sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3],
-        D=D, BLOCK_N=DKV_BLOCK_N, BLOCK_M=DKV_BLOCK_M, CAUSAL=causal, num_warps=8, num_stages=2)
+        sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3], D=D, CAUSAL=causal, **cfg)
     if not debug:
         return dq, dk, dv
     info = {"delta": delta_buf[:, :N].reshape(B, H, N),

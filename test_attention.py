@@ -69,9 +69,10 @@ def reference_grads(q, k, v, do, causal, sm_scale):
     return {"o": o.detach(), "lse": lse.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
-def dequantize(x, tile):
-    """What the kernel sees of x: its e4m3 copy times its block scales."""
+def dequantize(x, which):
+    """What the kernel sees of x ("qk", "v" or "do"): its e4m3 copy times its block scales."""
     B, H, N, D = x.shape
+    tile = dict(zip(("qk", "v", "do"), A.tiles(D)))[which]
     x8, _, scale = A.quantize(x, tile)
     return (x8.double() * scale[..., None].double())[:, :N].reshape(B, H, N, D)
 
@@ -97,8 +98,8 @@ def test_against_fp32_reference(B, H, H_kv, N, D, causal):
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=N + D)
     sm_scale = 1.0 / math.sqrt(D)
     out = run_kernel(q, k, v, do, causal)
-    deq = reference_grads(dequantize(q, A.QK_TILE), dequantize(k, A.QK_TILE), dequantize(v, A.V_TILE),
-                          dequantize(do, A.DO_TILE), causal, sm_scale)
+    deq = reference_grads(dequantize(q, "qk"), dequantize(k, "qk"), dequantize(v, "v"),
+                          dequantize(do, "do"), causal, sm_scale)
     exact = reference_grads(q, k, v, do, causal, sm_scale)
     failures = []
     for name in ("o", "dq", "dk", "dv"):
@@ -143,8 +144,8 @@ def test_matched_delta_equals_definition():
     sm_scale = 1.0 / math.sqrt(D)
     o, lse = A._forward(q, k, v, causal, sm_scale)
     info = A._backward(do, q, k, v, o, lse, causal, sm_scale, "matched", debug=True)[3]
-    qd, kd, vd, dod = (dequantize(q, A.QK_TILE), dequantize(k, A.QK_TILE), dequantize(v, A.V_TILE),
-                       dequantize(do, A.DO_TILE))
+    qd, kd, vd, dod = (dequantize(q, "qk"), dequantize(k, "qk"), dequantize(v, "v"),
+                       dequantize(do, "do"))
     s = (qd @ kd.transpose(-1, -2)) * sm_scale
     p = torch.softmax(s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=DEVICE).triu(1), float("-inf")), -1)
     delta_ref = (p * (dod @ vd.transpose(-1, -2))).sum(-1)
@@ -163,8 +164,8 @@ def test_key_translation():
     B, H, H_kv, N, D = (2, 4, 2, 1024, 64) if ON_GPU else (1, 2, 1, 256, 64)
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=11, key_offset=2.0)
     sm_scale = 1.0 / math.sqrt(D)
-    deq = reference_grads(dequantize(q, A.QK_TILE), dequantize(k, A.QK_TILE), dequantize(v, A.V_TILE),
-                          dequantize(do, A.DO_TILE), True, sm_scale)
+    deq = reference_grads(dequantize(q, "qk"), dequantize(k, "qk"), dequantize(v, "v"),
+                          dequantize(do, "do"), True, sm_scale)
     rho, dq_err = {}, {}
     for arm in ("matched", "stale"):
         out = run_kernel(q, k, v, do, True, delta=arm)
@@ -188,8 +189,8 @@ def test_large_inputs_stay_finite():
             assert torch.isfinite(x).all(), f"{arm}: {name} has non-finite values"
     # Scores ~1e5 make softmax one-hot, so a rounding of S can flip the winning key against the
     # original inputs; against the kernel's own dequantized inputs the output must still hold.
-    deq = reference_grads(dequantize(q, A.QK_TILE), dequantize(k, A.QK_TILE), dequantize(v, A.V_TILE),
-                          dequantize(do, A.DO_TILE), True, 1.0 / math.sqrt(D))
+    deq = reference_grads(dequantize(q, "qk"), dequantize(k, "qk"), dequantize(v, "v"),
+                          dequantize(do, "do"), True, 1.0 / math.sqrt(D))
     assert rel_err(out["o"], deq["o"]) < TOL_DEQ["o"], describe(out["o"], deq["o"])
 
 

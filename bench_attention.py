@@ -1,0 +1,198 @@
+"""Benchmark FP8 Delta-Matching attention against PyTorch SDPA (cuDNN and flash backends, BF16).
+
+One run prints, per shape: forward and forward+backward TFLOP/s of FP8 matched, FP8 stale, cuDNN
+and flash SDPA, the ratios to cuDNN, the share of matched time the Delta-Matching pre-pass costs,
+peak memory, and each method's error against an FP32 reference on the same inputs.
+
+    python bench_attention.py                      # causal, the shapes of DELTA_MATCHING.md section 5
+    python bench_attention.py --shapes 4x16x4096x128 --no-causal
+    python bench_attention.py --sweep              # also try a few kernel tilings (tuning)
+
+FLOPs are counted as the Triton tutorial and FlashAttention do: forward = 4*B*H*N^2*D, halved when
+causal; forward+backward = 3.5x forward (2.5x for the backward's five matmuls, not counting the
+pre-pass's two extra, nor recomputation). Times are medians of triton.testing.do_bench.
+"""
+import argparse
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attention_fp8 as A
+
+DEFAULT_SHAPES = ["8x16x1024x64", "4x16x2048x128", "4x16x4096x64", "2x16x8192x128", "1x16x16384x128",
+                  "4x16x4096x128"]
+
+
+def sdpa(backend):
+    def f(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return f
+
+
+def fp8(delta):
+    return lambda q, k, v, causal: A.attention(q, k, v, causal=causal, delta=delta)
+
+
+METHODS = {"fp8_matched": fp8("matched"), "fp8_stale": fp8("stale"),
+           "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash": sdpa(SDPBackend.FLASH_ATTENTION)}
+
+
+def rel_err(x, ref):
+    return ((x.float() - ref).norm() / ref.norm()).item()
+
+
+def bench_shape(B, H, N, D, causal, with_errors=True):
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    fwd_flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+    row = {"shape": f"{B}x{H}x{N}x{D}", "causal": causal}
+    ref = None
+    if with_errors:   # fp32 reference on the same inputs (memory-efficient SDPA runs fp32 in O(N) memory)
+        qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            of = F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal)
+        of.backward(do.float())
+        ref = {"o": of.detach(), "dq": qf.grad, "dk": kf.grad, "dv": vf.grad}
+        del qf, kf, vf, of
+    for name, f in METHODS.items():
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        try:
+            with torch.no_grad():
+                t_fwd = triton.testing.do_bench(lambda: f(q, k, v, causal), warmup=50, rep=300)
+
+            def fwd_bwd():
+                o = f(qg, kg, vg, causal)
+                o.backward(do)
+            fwd_bwd()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            fwd_bwd()
+            peak = torch.cuda.max_memory_allocated() - base
+            t_all = triton.testing.do_bench(fwd_bwd, warmup=50, rep=300, grad_to_none=[qg, kg, vg])
+        except RuntimeError as e:       # e.g. a backend that does not take this shape
+            print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+            continue
+        r = {"fwd_ms": t_fwd, "fwd_tflops": fwd_flops / t_fwd * 1e-9,
+             "fwdbwd_ms": t_all, "fwdbwd_tflops": 3.5 * fwd_flops / t_all * 1e-9, "peak_mib": peak / 2**20}
+        if ref is not None:
+            qg.grad = kg.grad = vg.grad = None
+            o = f(qg, kg, vg, causal)
+            o.backward(do)
+            r.update({f"err_{n}": rel_err(x, ref[n]) for n, x in
+                      (("o", o.detach()), ("dq", qg.grad), ("dk", kg.grad), ("dv", vg.grad))})
+        row[name] = r
+        del qg, kg, vg
+    if "fp8_matched" in row and "fp8_stale" in row:
+        row["prepass_share"] = 1 - row["fp8_stale"]["fwdbwd_ms"] / row["fp8_matched"]["fwdbwd_ms"]
+    return row
+
+
+def print_table(rows):
+    print(f"\n{'shape':>16} {'c':>1} | {'fwd TFLOP/s: fp8':>16} {'cudnn':>6} {'flash':>6} {'fp8/cudnn':>9} | "
+          f"{'fwd+bwd: matched':>16} {'stale':>6} {'cudnn':>6} {'flash':>6} {'match/cudnn':>11} {'prepass':>7} | "
+          f"{'peak MiB fp8/cudnn':>18}")
+    for r in rows:
+        g = lambda m, k: r.get(m, {}).get(k, float("nan"))
+        print(f"{r['shape']:>16} {'y' if r['causal'] else 'n':>1} | {g('fp8_matched', 'fwd_tflops'):16.0f} "
+              f"{g('cudnn', 'fwd_tflops'):6.0f} {g('flash', 'fwd_tflops'):6.0f} "
+              f"{g('fp8_matched', 'fwd_tflops') / g('cudnn', 'fwd_tflops'):9.2f} | "
+              f"{g('fp8_matched', 'fwdbwd_tflops'):16.0f} {g('fp8_stale', 'fwdbwd_tflops'):6.0f} "
+              f"{g('cudnn', 'fwdbwd_tflops'):6.0f} {g('flash', 'fwdbwd_tflops'):6.0f} "
+              f"{g('fp8_matched', 'fwdbwd_tflops') / g('cudnn', 'fwdbwd_tflops'):11.2f} "
+              f"{100 * r.get('prepass_share', float('nan')):6.1f}% | "
+              f"{g('fp8_matched', 'peak_mib'):8.0f} / {g('cudnn', 'peak_mib'):<8.0f}")
+    errs = [r for r in rows if "err_o" in r.get("fp8_matched", {})]
+    if errs:
+        print(f"\nrelative error vs FP32 (Frobenius) {'':>4} " + " ".join(f"{m + ' ' + t:>16}" for m in ("matched", "stale", "cudnn") for t in ("O", "dQ", "dK")))
+        for r in errs:
+            vals = []
+            for m in ("fp8_matched", "fp8_stale", "cudnn"):
+                for t in ("o", "dq", "dk"):
+                    vals.append(f"{r.get(m, {}).get('err_' + t, float('nan')):16.4f}")
+            print(f"{r['shape']:>24} {'y' if r['causal'] else 'n':>14} " + " ".join(vals))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, help="BxHxNxD ...")
+    p.add_argument("--no-causal", action="store_true")
+    p.add_argument("--no-errors", action="store_true", help="skip the FP32 reference")
+    p.add_argument("--sweep", action="store_true", help="time a few tilings of the FP8 kernels first")
+    p.add_argument("--json", default=None, help="also write the rows to this file")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_attention.py needs a CUDA GPU")
+    print(f"GPU {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__} | "
+          f"cuDNN {torch.backends.cudnn.version()}")
+    if args.sweep:
+        sweep()
+    rows = []
+    for s in args.shapes:
+        B, H, N, D = map(int, s.split("x"))
+        rows.append(bench_shape(B, H, N, D, not args.no_causal, with_errors=not args.no_errors))
+        print(json.dumps(rows[-1]), flush=True)
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def sweep():
+    """Time candidate tilings per kernel on one large causal shape per head dim; keep the fastest."""
+    import copy
+    candidates = {
+        "fwd": [dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+                dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+                dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2),
+                dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3)],
+        "bwd": [(dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2), dict(BLOCK_N=128, BLOCK_M=64, num_warps=8, num_stages=2)),
+                (dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3), dict(BLOCK_N=128, BLOCK_M=64, num_warps=8, num_stages=3)),
+                (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2), dict(BLOCK_N=64, BLOCK_M=64, num_warps=4, num_stages=2)),
+                (dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2), dict(BLOCK_N=128, BLOCK_M=32, num_warps=8, num_stages=2)),
+                (dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2), dict(BLOCK_N=128, BLOCK_M=64, num_warps=4, num_stages=2))],
+    }
+    for D in (64, 128):
+        B, H, N = 2, 16, 8192
+        torch.manual_seed(0)
+        q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        flops = 4 * B * H * N * N * D * 0.5
+        best = copy.deepcopy(A.CONFIGS[D])
+        for cfg in candidates["fwd"]:
+            A.CONFIGS[D]["fwd"] = cfg
+            try:
+                with torch.no_grad():
+                    t = triton.testing.do_bench(lambda: A.attention(q, k, v), warmup=25, rep=150)
+            except Exception as e:  # out of shared memory, registers, ...
+                print(f"D={D} fwd {cfg}: failed: {str(e).splitlines()[0][:100]}")
+                continue
+            print(f"D={D} fwd {cfg}: {flops / t * 1e-9:.0f} TFLOP/s")
+            if t < best.get("_fwd_t", 1e9):
+                best["fwd"], best["_fwd_t"] = cfg, t
+        A.CONFIGS[D]["fwd"] = best["fwd"]
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        o, lse = A._forward(q, k, v, True, D ** -0.5)
+        for dq_cfg, dkdv_cfg in candidates["bwd"]:
+            A.CONFIGS[D]["dq"], A.CONFIGS[D]["dkdv"] = dq_cfg, dkdv_cfg
+            try:
+                t = triton.testing.do_bench(lambda: A._backward(do, q, k, v, o, lse, True, D ** -0.5, "matched"),
+                                            warmup=25, rep=150)
+            except Exception as e:
+                print(f"D={D} bwd {dq_cfg} {dkdv_cfg}: failed: {str(e).splitlines()[0][:100]}")
+                continue
+            print(f"D={D} bwd {dq_cfg} {dkdv_cfg}: {2.5 * flops / t * 1e-9:.0f} TFLOP/s (5-matmul count)")
+            if t < best.get("_bwd_t", 1e9):
+                best["dq"], best["dkdv"], best["_bwd_t"] = dq_cfg, dkdv_cfg, t
+        A.CONFIGS[D]["dq"], A.CONFIGS[D]["dkdv"] = best["dq"], best["dkdv"]
+        print(f"D={D} best: {A.CONFIGS[D]}")
+        del qg, kg, vg
+
+
+if __name__ == "__main__":
+    main()
