@@ -1,0 +1,78 @@
+"""
+Sample text from a checkpoint written by train.py.
+
+    python sample.py                                  # out/ckpt.pt, 3 samples from an end-of-text token
+    python sample.py --out_dir=out-shakespeare --start="ROMEO:" --num_samples=1 --max_new_tokens=300
+    python sample.py --start=FILE:prompt.txt --temperature=0.7 --top_k=50
+"""
+import os
+import sys
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+import configurator
+from data.common import get_tokenizer
+from model import GPT, GPTConfig, resolve_attention
+
+
+@dataclass
+class SampleConfig:
+    out_dir: str = "out"
+    start: str = ""  # the prompt; "" starts from the end-of-text token; FILE:path reads it from a file
+    num_samples: int = 3
+    max_new_tokens: int = 200
+    temperature: float = 0.8  # 1.0 samples the model's distribution; lower is more conservative
+    top_k: int = 200  # keep the top_k most likely tokens; 0 keeps all
+    seed: int = 1337
+    device: str = "auto"
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    attention: Literal["auto", "fp8", "fp8_stale", "sdpa"] = "auto"
+    compile: bool = False
+
+
+def main(argv=None):
+    try:
+        cfg = configurator.parse(SampleConfig(), sys.argv[1:] if argv is None else argv)
+    except configurator.ConfigError as e:
+        raise SystemExit(f"config error: {e}")
+    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = cfg.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
+    torch.manual_seed(cfg.seed)
+
+    path = os.path.join(cfg.out_dir, "ckpt.pt")
+    if not os.path.exists(path):
+        raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: it holds RNG states too
+    model_args = dict(ckpt["model_args"])
+    model_args["attention"], _ = resolve_attention(cfg.attention, device)  # any path runs any checkpoint
+    model = GPT(GPTConfig(**model_args))
+    model.load_state(ckpt["model"])
+    model.eval().to(device)
+    if cfg.compile:
+        model = torch.compile(model)
+
+    tok = get_tokenizer(ckpt["meta"]["tokenizer"])
+    if tok.name != ckpt["meta"]["tokenizer"]:
+        raise SystemExit(f"this checkpoint was trained on {ckpt['meta']['tokenizer']} tokens, which cannot be "
+                         "loaded here (see README: offline tokenizer)")
+    start = cfg.start
+    if start.startswith("FILE:"):
+        with open(start[5:], encoding="utf-8") as f:
+            start = f.read()
+    ids = [tok.eot] + tok.encode(start)  # training documents start with end-of-text too
+    x = torch.tensor(ids, dtype=torch.long, device=device)[None, ...]
+    with ctx:
+        for _ in range(cfg.num_samples):
+            y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None)
+            print(tok.decode(y[0, 1:].tolist()))
+            print("---------------")
+
+
+if __name__ == "__main__":
+    main()
