@@ -85,8 +85,8 @@ HEAD_DIMS = (64, 128)
 # Tiles and launch settings per head dim, read at every call (the benchmark sweeps them).
 # The token-tile of each stored FP8 operand must equal the tile of the kernel that reduces over it
 # (see the docstring): V's scale tile = fwd BLOCK_N; Q^T's and dO^T's = dkdv BLOCK_M; K^T's = dq
-# BLOCK_N. Q and K share one tile size so that forward and backward read the same Q^ and K^ and
-# recompute the same S; so dq BLOCK_N == dkdv BLOCK_M.
+# BLOCK_N. The forward quantizes Q and K with the same tiles as the backward, so both read the
+# same Q^ and K^ and compute the same S.
 CONFIGS = {
     64: {"fwd": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
          "dq": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
@@ -98,11 +98,11 @@ CONFIGS = {
 
 
 def tiles(D):
-    """The quantization tile (rows per scale) of Q and K, V, and dO for head dim D."""
+    """Rows per scale of Q, K, V and dO for head dim D (see CONFIGS)."""
     cfg = CONFIGS[D]
-    assert cfg["dq"]["BLOCK_N"] == cfg["dkdv"]["BLOCK_M"], "Q/K tile must serve both backward kernels"
     assert max(c[b] for c in cfg.values() for b in ("BLOCK_M", "BLOCK_N")) <= PAD
-    return cfg["dq"]["BLOCK_N"], cfg["fwd"]["BLOCK_N"], cfg["dkdv"]["BLOCK_M"]
+    return {"q": cfg["dkdv"]["BLOCK_M"], "k": cfg["dq"]["BLOCK_N"], "v": cfg["fwd"]["BLOCK_N"],
+            "do": cfg["dkdv"]["BLOCK_M"]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,9 +189,10 @@ def _fwd_kernel(Q8, SQ, K8, SK, VT8, SVT, O, LSE, qk_scale, N, N_pad, H, H_KV,
     # Key tiles that need no mask first, then the ones that do (the diagonal, or the last partial
     # tile). Every row has an unmasked key in the first tile it sees, so m_i is finite from then on.
     if CAUSAL:
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, start_m,
+        n_free = (start_m // BLOCK_N) * BLOCK_N      # key tiles start at multiples of BLOCK_N
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_free,
                                    N, N_pad, D, BLOCK_N, CAUSAL, False)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, start_m,
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_free,
                                    tl.minimum(start_m + BLOCK_M, N_pad), N, N_pad, D, BLOCK_N, CAUSAL, True)
     else:
         n_full = (N // BLOCK_N) * BLOCK_N
@@ -294,7 +295,7 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, SKT, V8, SV, DO8, SDO, LSE, DELTA, DQ, R
 
     # Key tiles [0, n_free) need no mask; [n_free, n_end) do (causal diagonal or padding).
     if CAUSAL:
-        n_free = start_m
+        n_free = (start_m // BLOCK_N) * BLOCK_N      # key tiles start at multiples of BLOCK_N
         n_end = tl.minimum(start_m + BLOCK_M, N_pad)
     else:
         n_free = (N // BLOCK_N) * BLOCK_N
@@ -392,11 +393,13 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, SQT, K8, SK, V8, SV, DO8, SDO, DOT8, SDOT, LSE
         rows = bh * N_pad * D      # offset of this head's (N_pad, D) and (D, N_pad) FP8 buffers
         vec = bh * N_pad           # offset of its per-row scales and delta
         if CAUSAL:
-            # queries i < start_n see none of these keys; the diagonal band needs the mask
-            diag_end = tl.minimum(start_n + BLOCK_N, m_end)
+            # queries i < start_n see none of these keys; query tiles that overlap the diagonal band
+            # [start_n, start_n + BLOCK_N) need the mask (query tiles start at multiples of BLOCK_M)
+            m_lo = (start_n // BLOCK_M) * BLOCK_M
+            diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, m_end)
             dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
                                  SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
-                                 offs_n, start_n, diag_end, N, N_pad, D, BLOCK_M, CAUSAL, True)
+                                 offs_n, m_lo, diag_end, N, N_pad, D, BLOCK_M, CAUSAL, True)
             dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
                                  SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
                                  offs_n, diag_end, m_end, N, N_pad, D, BLOCK_M, CAUSAL, False)
@@ -436,10 +439,10 @@ def _forward(q, k, v, causal, sm_scale):
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
-    qk_tile, v_tile, _ = tiles(D)
-    q8, _, sq = quantize(q, qk_tile)
-    k8, _, sk = quantize(k, qk_tile)
-    _, vt8, sv = quantize(v, v_tile, rows=False, cols=True)
+    tile = tiles(D)
+    q8, _, sq = quantize(q, tile["q"])
+    k8, _, sk = quantize(k, tile["k"])
+    _, vt8, sv = quantize(v, tile["v"], rows=False, cols=True)
     o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = CONFIGS[D]["fwd"]
@@ -454,12 +457,12 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
-    qk_tile, v_tile, do_tile = tiles(D)
+    tile = tiles(D)
     # Same tiles as the forward for Q and K: bit-identical Q^, K^, hence the forward's S and LSE.
-    q8, qt8, sq = quantize(q, qk_tile, cols=True)
-    k8, kt8, sk = quantize(k, qk_tile, cols=True)
-    v8, _, sv = quantize(v, v_tile)
-    do8, dot8, sdo = quantize(do, do_tile, cols=True)
+    q8, qt8, sq = quantize(q, tile["q"], cols=True)
+    k8, kt8, sk = quantize(k, tile["k"], cols=True)
+    v8, _, sv = quantize(v, tile["v"])
+    do8, dot8, sdo = quantize(do, tile["do"], cols=True)
     matched = delta == "matched"
     if matched:
         delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
