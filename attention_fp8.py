@@ -584,6 +584,31 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: unsupported device {dev}; use a CUDA GPU")
 
 
+@torch.no_grad()
+def delta_stats(q, k, v, do, causal=True, sm_scale=None):
+    """What the stale delta would get wrong on these inputs, for a training monitor.
+
+    Runs the FP8 forward and both backward arms on q, k, v and an upstream gradient do, and returns
+      delta_mismatch: ||delta_stale - delta_matched|| / ||delta_matched|| (over all rows)
+      ds_rowsum_matched, ds_rowsum_stale: max_i |sum_j dS_ij| / sum_j |P_ij dP_ij|, invariant (*)
+      key_grad_sum_matched, key_grad_sum_stale: ||sum_j dK_j|| / sum_j ||dK_j||, worst (batch, kv
+        head); exact gradients give 0, since adding one vector to every key changes nothing.
+    """
+    _check_inputs(q, k, v, "matched")
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    o, lse = _forward(q, k, v, causal, sm_scale)
+    stats = {}
+    for arm in ("matched", "stale"):
+        _, dk, _, info = _backward(do, q, k, v, o, lse, causal, sm_scale, arm, debug=True)
+        dk = dk.float()
+        stats[f"key_grad_sum_{arm}"] = (dk.sum(2).norm(dim=-1) / dk.norm(dim=-1).sum(2).clamp_min(1e-30)).max().item()
+        stats[f"ds_rowsum_{arm}"] = (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"].clamp_min(1e-30)).max().item()
+        stats[f"delta_{arm}"] = info["delta"]
+    matched, stale = stats.pop("delta_matched"), stats.pop("delta_stale")
+    stats["delta_mismatch"] = ((stale - matched).norm() / matched.norm().clamp_min(1e-30)).item()
+    return stats
+
+
 def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     """FP8 attention: softmax(sm_scale * q k^T [+ causal mask]) v with Delta-Matching in the backward.
 

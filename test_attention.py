@@ -314,3 +314,12 @@ def test_other_tilings(tiling, causal, monkeypatch):
     o, lse = A._forward(q, k, v, causal, sm_scale)
     info = A._backward(do, q, k, v, o, lse, causal, sm_scale, "matched", debug=True)[3]
     assert (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"]).max() < 1e-6
+
+
+def test_delta_stats_monitor():
+    B, H, N, D = 1, 2, 200, 64
+    q, k, v, do = make_inputs(B, H, H, N, D, seed=29, key_offset=1.0)
+    s = A.delta_stats(q, k, v, do, causal=True)
+    assert s["ds_rowsum_matched"] < 1e-6 < 1e-3 < s["ds_rowsum_stale"], s
+    assert s["key_grad_sum_matched"] < s["key_grad_sum_stale"], s
+    assert 1e-4 < s["delta_mismatch"] < 1.0, s
