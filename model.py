@@ -110,12 +110,10 @@ class CausalSelfAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim) if config.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim) if config.qk_norm else None
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.dropout = config.dropout
         self.attention = config.attention
         if self.attention != "sdpa":
             assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: expected one of {list(ATTENTION_PATHS)}"
             assert self.head_dim in (64, 128), f"the fp8 kernel needs head dim 64 or 128, got n_embd/n_head = {self.head_dim}"
-            assert config.dropout == 0.0, "the fp8 kernel has no attention dropout: set dropout=0"
             global _fp8_attention
             if _fp8_attention is None:
                 from attention_fp8 import attention
@@ -134,8 +132,7 @@ class CausalSelfAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh|nkv, T, hs)
         if self.attention == "sdpa":
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                               is_causal=True, enable_gqa=self.n_kv_head != self.n_head)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_head != self.n_head)
         else:
             # the kernel takes bf16/fp16 only (and does GQA itself); an fp32 run rounds to bf16 around it
             dtype = q.dtype if q.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
@@ -181,7 +178,7 @@ class GPTConfig:
     n_head: int = 12
     n_kv_head: int = 12  # < n_head: grouped-query attention, n_head / n_kv_head query heads per k/v head
     n_embd: int = 768
-    dropout: float = 0.0
+    dropout: float = 0.0  # on embeddings and residual branches; none on attention weights (the fp8 kernel has none)
     bias: bool = False  # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
     qk_norm: bool = False  # RMSNorm on each head's q and k before attention
     pos: str = "rope"  # "rope", "learned" (GPT-2's position table) or "none" (NoPE)

@@ -1,0 +1,109 @@
+"""
+End-to-end training throughput per attention path: the same GPT, compiled, fused AdamW, bf16 autocast,
+random tokens; a few warm-up steps (compilation), then timed steps. Prints tokens/s, MFU and peak memory,
+and the ratio to the first path, for each block size (tokens per step held fixed).
+
+    python bench_train.py                                        # 124M GPT, T = 1024 and 4096, sdpa vs fp8
+    python bench_train.py --attentions=sdpa_cudnn,sdpa_flash,fp8,fp8_stale --block_sizes=4096
+
+Paths: sdpa (PyTorch's own backend choice), sdpa_cudnn / sdpa_flash (that SDPA backend forced), fp8,
+fp8_stale. Each path compiles afresh (~1 min for 12 layers), so keep the list short per call.
+"""
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+import configurator
+from model import GPT, GPTConfig, resolve_attention
+
+
+@dataclass
+class BenchConfig:
+    attentions: str = "sdpa,fp8"  # comma-separated
+    block_sizes: str = "1024,4096"  # comma-separated
+    tokens_per_step: int = 65536  # batch size = tokens_per_step / block_size
+    n_layer: int = 12
+    n_head: int = 12
+    n_kv_head: int = 0  # 0: same as n_head
+    n_embd: int = 768
+    qk_norm: bool = False
+    vocab_size: int = 50304
+    warmup: int = 5
+    steps: int = 20
+    compile: bool = True
+    device: str = "auto"
+
+
+def bench(cfg, attention, block_size, device):
+    backend = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}.get(attention)
+    path = "sdpa" if backend else resolve_attention(attention, device)[0]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=block_size, vocab_size=cfg.vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                          n_kv_head=cfg.n_kv_head or cfg.n_head, n_embd=cfg.n_embd, qk_norm=cfg.qk_norm,
+                          attention=path)).to(device)
+    optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)
+    step_model = torch.compile(model) if cfg.compile else model
+    batch = max(1, cfg.tokens_per_step // block_size)
+    x = torch.randint(0, cfg.vocab_size, (batch, block_size + 1), device=device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    if backend:  # forced at trace time, so the context covers compilation too
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        sdpa = sdpa_kernel(getattr(SDPBackend, backend))
+    else:
+        sdpa = nullcontext()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step():
+        with autocast:
+            _, loss = step_model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    with sdpa:
+        for _ in range(cfg.warmup):
+            step()
+        sync()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        for _ in range(cfg.steps):
+            step()
+        sync()
+        dt = (time.perf_counter() - t0) / cfg.steps
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    mfu = model.estimate_mfu(batch, dt, name)
+    mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    del model, optimizer, step_model
+    torch._dynamo.reset()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return batch * block_size / dt, mfu, mem
+
+
+def main(argv=None):
+    cfg = configurator.parse(BenchConfig(), sys.argv[1:] if argv is None else argv)
+    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        print(f"{torch.cuda.get_device_name(device)} | torch {torch.__version__} | "
+              f"{cfg.n_layer} layers, d={cfg.n_embd}, {cfg.n_head} heads (head dim {cfg.n_embd // cfg.n_head}) | "
+              f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} timed steps")
+    rows = []
+    for block_size in map(int, cfg.block_sizes.split(",")):
+        first = None
+        for attention in cfg.attentions.split(","):
+            tok_s, mfu, mem = bench(cfg, attention, block_size, device)
+            first = first or tok_s
+            rows.append(f"| {block_size:>5} | {attention:<10} | {tok_s:>12,.0f} | {tok_s / first:5.2f}x | "
+                        + (f"{100 * mfu:5.1f}% |" if mfu is not None else "  n/a |") + f" {mem:6.1f} |")
+            print(rows[-1], flush=True)
+    print("\n| T | attention | tokens/s | vs first | MFU (bf16 peak) | peak GiB |\n|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""train.py and sample.py on CPU: config errors, a run whose loss falls, exact resume, DDP (2 gloo processes)
+against 1 process with the same global batch, a non-finite loss, context extension, sampling."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import configurator
+import train
+from model import GPT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAKESPEARE = os.path.join(os.path.dirname(ROOT), "shared", "datasets", "tinyshakespeare.txt")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Byte-level shards of Tiny Shakespeare (or, without it, some stdlib source) in a temporary folder."""
+    from data.text.prepare import prepare
+    src = SHAKESPEARE if os.path.exists(SHAKESPEARE) else os.path.join(os.path.dirname(os.__file__), "json")
+    out = str(tmp_path_factory.mktemp("data") / "tiny")
+    prepare(src, out, tokenizer="bytes")
+    return out
+
+
+def args(data_dir, out_dir, *extra):
+    return [f"--dataset={data_dir}", f"--out_dir={out_dir}", "--device=cpu", "--dtype=float32", "--compile=False",
+            "--attention=sdpa", "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=32", "--batch_size=4",
+            "--gradient_accumulation_steps=2", "--eval_tokens=1024", "--log_interval=1", "--eval_interval=1000",
+            "--learning_rate=3e-3", "--min_lr=3e-4", "--warmup_iters=2", *extra]
+
+
+def metrics(out_dir):
+    rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+    losses = {r["iter"]: r["loss"] for r in rows if "loss" in r}
+    vals = {r["iter"]: r["val_loss"] for r in rows if "val_loss" in r}
+    return losses, vals
+
+
+# -----------------------------------------------------------------------------------------------------
+# configuration
+
+def test_config_presets_overrides_and_types(tmp_path):
+    preset = tmp_path / "p.py"
+    preset.write_text("n_layer = 3\nlearning_rate = 1  # an int is fine for a float\nimport math\n")
+    cfg = configurator.parse(train.TrainConfig(), [str(preset), "--n_layer=5", "--compile=false", "--pos=none",
+                                                   "--min_lr=1e-5"])
+    assert (cfg.n_layer, cfg.learning_rate, cfg.compile, cfg.pos, cfg.min_lr) == (5, 1.0, False, "none", 1e-5)
+    assert isinstance(cfg.learning_rate, float)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--lerning_rate=1e-3"], "unknown config key 'lerning_rate' (--lerning_rate=1e-3); did you mean 'learning_rate'?"),
+    (["--max_iters=ten"], "max_iters='ten' (--max_iters=ten): expected a value of type int"),
+    (["--max_iters=1.5"], "max_iters='1.5'"),
+    (["--compile=maybe"], "compile='maybe' (--compile=maybe): expected a value of type bool"),
+    (["--attention=fp16"], "attention='fp16' (--attention=fp16): expected one of 'auto', 'fp8', 'fp8_stale', 'sdpa'"),
+    (["--n_layer", "4"], "--n_layer: write overrides as --key=value"),
+    (["no_such_file.py"], "config file no_such_file.py not found"),
+])
+def test_config_errors_name_the_key(argv, words):
+    with pytest.raises(configurator.ConfigError) as e:
+        configurator.parse(train.TrainConfig(), argv)
+    assert words in str(e.value)
+
+
+def test_preset_errors_name_the_key_and_file(tmp_path):
+    bad_key, bad_type = tmp_path / "k.py", tmp_path / "t.py"
+    bad_key.write_text("n_layers = 4\n")
+    bad_type.write_text("batch_size = '16'\n")
+    with pytest.raises(configurator.ConfigError, match=f"unknown config key 'n_layers' \\({bad_key}\\); did you mean"):
+        configurator.parse(train.TrainConfig(), [str(bad_key)])
+    with pytest.raises(configurator.ConfigError, match=f"batch_size='16' \\({bad_type}\\): expected a value of type int"):
+        configurator.parse(train.TrainConfig(), [str(bad_type)])
+    with pytest.raises(SystemExit, match="config error: max_iters=0: must be at least 1"):
+        train.main(["--max_iters=0"])
+
+
+def test_presets_parse():
+    for name in sorted(os.listdir(os.path.join(ROOT, "config"))):
+        if name.endswith(".py"):
+            configurator.parse(train.TrainConfig(), [os.path.join(ROOT, "config", name)])
+
+
+# -----------------------------------------------------------------------------------------------------
+# training
+
+def test_loss_falls_and_run_leaves_checkpoint_and_log(data_dir, tmp_path, capsys):
+    out = str(tmp_path / "run")
+    train.main(args(data_dir, out, "--max_iters=40", "--eval_interval=20"))
+    printed = capsys.readouterr().out
+    assert "attention: sdpa (PyTorch scaled_dot_product_attention) | fp32 | cpu" in printed
+    losses, vals = metrics(out)
+    assert sorted(losses) == list(range(40)) and sorted(vals) == [0, 20, 40]
+    first, last = sum(losses[i] for i in range(3)) / 3, sum(losses[i] for i in range(37, 40)) / 3
+    assert first > 5.0 and last < first - 1.5, (first, last)  # ln(320) = 5.8 at the start for byte tokens
+    assert vals[40] < vals[0] - 1.5
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert rows[0]["event"] == "start" and rows[0]["attention"] == "sdpa"
+    assert {"iter", "loss", "lr", "grad_norm", "tok_per_s"} <= set(rows[-2])  # mfu: n/a on a CPU
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)
+    assert ckpt["iter_num"] == 40 and ckpt["best_val_loss"] == pytest.approx(vals[40])
+    assert not any(k.startswith(("_orig_mod.", "module.")) for k in ckpt["model"])
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+
+
+def test_resume_continues_the_loss_curve_exactly(data_dir, tmp_path):
+    """8 steps straight, against 4 steps + save + resume + 4 steps. Dropout is on, so the RNG states must be
+    restored too; the data windows are a function of the step, so nothing is replayed."""
+    common = ("--dropout=0.1", "--lr_decay_iters=8", "--eval_interval=4")
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    train.main(args(data_dir, straight, "--max_iters=8", *common))
+    train.main(args(data_dir, split, "--max_iters=4", *common))
+    train.main(args(data_dir, split, "--max_iters=8", "--init_from=resume", *common))
+    (a, va), (b, vb) = metrics(straight), metrics(split)
+    assert sorted(b) == list(range(8))
+    for i in range(8):
+        assert abs(a[i] - b[i]) <= 1e-6, f"iter {i}: straight {a[i]} vs resumed {b[i]}"
+    assert va[8] == pytest.approx(vb[8], abs=1e-6) and sorted(vb) == [0, 4, 8]  # no second eval at iter 4
+
+
+def test_ddp_two_processes_match_one(data_dir, tmp_path):
+    """2 gloo processes x 2 micro-batches == 1 process x 4 micro-batches: the same windows and the same
+    averaged gradient, up to the order of float additions."""
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    a = args(data_dir, one, "--max_iters=3", "--gradient_accumulation_steps=4", "--eval_interval=3")
+    train.main(a)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "train.py")] + [x.replace(one, two) for x in a]
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "cpu x 2" in r.stdout and "= 2 x 2 x 4 x 32" in r.stdout, r.stdout
+    (l1, v1), (l2, v2) = metrics(one), metrics(two)
+    assert sorted(l2) == [0, 1, 2] and sorted(v2) == [0, 3]
+    for i in range(3):
+        assert l2[i] == pytest.approx(l1[i], rel=1e-5), (i, l1[i], l2[i])
+    for i in (0, 3):
+        assert v2[i] == pytest.approx(v1[i], rel=1e-5), (i, v1[i], v2[i])
+
+
+def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "nan")
+    calls = {"n": 0}
+    forward = GPT.forward
+
+    def poisoned(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] > 2 * 3:  # 2 micro-batches per step: iter 3 is the first bad one
+                loss = loss * float("nan")
+        return logits, loss
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(SystemExit) as e:
+        train.main(args(data_dir, out, "--max_iters=10", "--eval_interval=2"))
+    msg = str(e.value)
+    assert "non-finite loss at iter 3" in msg and os.path.join(out, "ckpt.pt") in msg, msg
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)
+    assert ckpt["iter_num"] == 2 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+def test_context_extension_resume(data_dir, tmp_path):
+    rope, learned = str(tmp_path / "rope"), str(tmp_path / "learned")
+    train.main(args(data_dir, rope, "--max_iters=2"))
+    train.main(args(data_dir, rope, "--max_iters=4", "--init_from=resume", "--block_size=64", "--learning_rate=1e-3"))
+    assert torch.load(os.path.join(rope, "ckpt.pt"), weights_only=False)["model_args"]["block_size"] == 64
+    train.main(args(data_dir, learned, "--max_iters=2", "--pos=learned"))
+    with pytest.raises(SystemExit, match="learned positions cannot change block_size"):
+        train.main(args(data_dir, learned, "--max_iters=4", "--init_from=resume", "--block_size=64"))
+
+
+def test_sample_from_checkpoint(data_dir, tmp_path, capsys):
+    import sample
+    out = str(tmp_path / "s")
+    train.main(args(data_dir, out, "--max_iters=2"))
+    capsys.readouterr()
+    sample.main([f"--out_dir={out}", "--device=cpu", "--num_samples=2", "--max_new_tokens=20", "--start=ROMEO:"])
+    text = capsys.readouterr().out
+    assert text.count("---------------") == 2 and text.startswith("ROMEO:")
+    with pytest.raises(SystemExit, match="no checkpoint at"):
+        sample.main([f"--out_dir={tmp_path / 'none'}"])
+
+
+def test_bench_train_runs(capsys):
+    import bench_train
+    bench_train.main(["--device=cpu", "--compile=False", "--n_layer=1", "--n_embd=128", "--n_head=2",
+                      "--vocab_size=256", "--block_sizes=32,64", "--attentions=sdpa", "--tokens_per_step=128",
+                      "--warmup=1", "--steps=1"])
+    table = capsys.readouterr().out.split("|---|---|---|---|---|---|\n")[1].splitlines()
+    assert [row.split("|")[1:3] for row in table] == [["    32 ", " sdpa       "], ["    64 ", " sdpa       "]]
