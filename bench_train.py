@@ -91,7 +91,8 @@ def main(argv=None):
         torch.backends.cuda.matmul.allow_tf32 = True
         print(f"{torch.cuda.get_device_name(device)} | torch {torch.__version__} | "
               f"{cfg.n_layer} layers, d={cfg.n_embd}, {cfg.n_head} heads (head dim {cfg.n_embd // cfg.n_head}) | "
-              f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} timed steps")
+              f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} "
+              "timed steps")
     rows = []
     for block_size in map(int, cfg.block_sizes.split(",")):
         first = None

@@ -100,8 +100,8 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        assert config.n_embd % config.n_head == 0, f"n_embd {config.n_embd} is not a multiple of n_head {config.n_head}"
-        assert config.n_head % config.n_kv_head == 0, f"n_head {config.n_head} is not a multiple of n_kv_head {config.n_kv_head}"
+        assert config.n_embd % config.n_head == 0, f"n_embd {config.n_embd} is not a multiple of n_head"
+        assert config.n_head % config.n_kv_head == 0, f"n_head {config.n_head} is not a multiple of n_kv_head"
         self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
         self.head_dim = config.n_embd // config.n_head
         # q for every head, k and v for the n_kv_head groups (GQA), in one matmul
@@ -112,8 +112,8 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.attention = config.attention
         if self.attention != "sdpa":
-            assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: expected one of {list(ATTENTION_PATHS)}"
-            assert self.head_dim in (64, 128), f"the fp8 kernel needs head dim 64 or 128, got n_embd/n_head = {self.head_dim}"
+            assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: not one of {list(ATTENTION_PATHS)}"
+            assert self.head_dim in (64, 128), f"the fp8 kernel needs head dim 64 or 128, not n_embd/n_head={self.head_dim}"
             global _fp8_attention
             if _fp8_attention is None:
                 from attention_fp8 import attention

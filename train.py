@@ -364,7 +364,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         # non-finite one and stops at the same step, before the optimizer can spoil the weights.
         loss_value, norm_value = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)]).tolist()
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
-            saved = f"the last good checkpoint is {ckpt_path}" if cfg.save_checkpoint and os.path.exists(ckpt_path) else "no checkpoint was saved"
+            saved = (f"the last good checkpoint is {ckpt_path}" if cfg.save_checkpoint and os.path.exists(ckpt_path)
+                     else "no checkpoint was saved")
             raise SystemExit(f"stopping: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} "
                              f"at iter {iter_num} (loss {loss_value}, grad norm {norm_value}, lr {lr:.3g}); {saved}. "
                              "Try a lower learning_rate or longer warmup_iters.")

