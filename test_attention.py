@@ -36,7 +36,7 @@ CASE_IDS = [f"B{b}-H{h}-Hkv{hk}-N{n}-D{d}-{'causal' if c else 'full'}" for b, h,
 # Relative Frobenius errors. "deq": against fp64 attention on the dequantized FP8 inputs (what the
 # kernel claims to compute, up to its rounding of P and dS); "exact": against the original inputs.
 # Measured on N(0,1) inputs (interpreter, bit-faithful to the H200): O 0.018-0.022 / 0.044-0.050,
-# grads 0.024-0.027 / 0.050-0.066.
+# grads 0.019-0.027 / 0.050-0.062 (per-row dS scales; per-tile ones gave 0.024-0.027 / 0.050-0.066).
 TOL_DEQ = {"o": 0.03, "dq": 0.04, "dk": 0.04, "dv": 0.04}
 TOL_EXACT = {"o": 0.07, "dq": 0.09, "dk": 0.09, "dv": 0.075}
 
@@ -157,7 +157,11 @@ def test_matched_delta_equals_definition():
     stale = (do.double() * o.double()).sum(-1)
     err = (info["delta"].double() - delta_ref).abs().max().item()
     gap = (stale - delta_ref).abs().max().item()
-    assert err < 1e-4 * delta_ref.abs().max().item(), f"matched delta off by {err:.3e}"
+    # The interpreter accumulates FP8 products in exact fp32; Hopper's FP8 tensor cores accumulate
+    # with fewer mantissa bits (about 14, per DeepSeek-V3's report), which moves S and dP by ~1e-4
+    # relative: measured 1.3e-4 of max|delta| on the H200 here, 1.4e-7 on the interpreter.
+    bound = (3e-4 if ON_GPU else 1e-6) * delta_ref.abs().max().item()
+    assert err < bound, f"matched delta off by {err:.3e} (bound {bound:.3e}); stale is off by {gap:.3e}"
     assert gap > 30 * err, f"stale delta is no further from the definition ({gap:.3e}) than matched ({err:.3e})"
 
 
