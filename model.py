@@ -5,7 +5,7 @@ Read top to bottom: norms and RoPE, the attention switch, CausalSelfAttention, M
 The attention path is one setting, GPTConfig.attention:
   "sdpa"       PyTorch scaled_dot_product_attention in the autocast dtype (BF16 on GPU, fp32 on CPU)
   "fp8"        attention_fp8.attention: block-scaled FP8 in all 7 attention matmuls, delta matched to the
-               P and dP the backward uses (see ../shared/DELTA_MATCHING.md)
+               P and dP the backward uses (attention_fp8.py's docstring teaches the method)
   "fp8_stale"  the same kernel with FlashAttention's stale delta = rowsum(dO * O): the paper's ablation
 resolve_attention("auto", device) gives "fp8" where the GPU has FP8 tensor cores and "sdpa" elsewhere.
 The paper's knobs: qk_norm, pos ("rope", "learned" as in GPT-2, or "none" = NoPE), n_kv_head (GQA).
@@ -111,6 +111,7 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim) if config.qk_norm else None
         self.resid_dropout = nn.Dropout(config.dropout)
         self.attention = config.attention
+        self.probe = None  # a dict while train.py's delta monitor probes this layer
         if self.attention != "sdpa":
             assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: not one of {list(ATTENTION_PATHS)}"
             assert self.head_dim in (64, 128), f"the fp8 kernel needs head dim 64 or 128, not n_embd/n_head={self.head_dim}"
@@ -138,6 +139,8 @@ class CausalSelfAttention(nn.Module):
             dtype = q.dtype if q.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
             y = _fp8_attention(q.to(dtype), k.to(dtype), v.to(dtype), causal=True,
                                delta="stale" if self.attention == "fp8_stale" else "matched").to(q.dtype)
+        if self.probe is not None:  # the delta monitor (train.py) needs this layer's inputs and dL/dy
+            self.probe.update(q=q.detach(), k=k.detach(), v=v.detach(), y=y)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.c_proj(y))
 

@@ -9,6 +9,7 @@ Train a GPT with BF16 SDPA or FP8 Delta-Matching attention, on one device or man
 Without a preset on a machine with no GPU, config/cpu_tiny.py is applied first. Settings are the fields of
 TrainConfig; presets and --key=value overrides are checked against their types (configurator.py).
 """
+import gc
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from tqdm import tqdm
 
 import configurator
 from data.common import load_meta, read_shard, shard_paths
-from model import ATTENTION_PATHS, GPT, GPTConfig, peak_flops, resolve_attention
+from model import ATTENTION_PATHS, GPT, GPTConfig, fp8_unavailable, peak_flops, resolve_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_PRESET = os.path.join(HERE, "config", "cpu_tiny.py")
@@ -73,6 +74,8 @@ class TrainConfig:
     device: str = "auto"  # auto (cuda if there is one), cpu, cuda, cuda:1, ...
     dtype: Literal["auto", "bfloat16", "float32"] = "auto"  # auto: bf16 autocast on GPUs that have it, else fp32
     compile: bool = True
+    # the delta-mismatch monitor: at each eval, per layer, on a probe batch (needs the FP8 kernel's GPU)
+    delta_monitor: bool = False
 
 
 def load_config(argv):
@@ -131,8 +134,6 @@ def val_windows(data_dir, block_size, eval_tokens, multiple):
     n = n // multiple * multiple or n
     if n == 0:
         raise ValueError(f"the val split of {data_dir} has {len(tokens)} tokens, fewer than block_size + 1")
-    if n * T < eval_tokens:
-        print(f"val: {n * T:,} tokens ({n} windows), fewer than eval_tokens={eval_tokens:,}")
     return torch.from_numpy(tokens[np.arange(n)[:, None] * T + np.arange(T + 1)].astype(np.int64))
 
 
@@ -155,6 +156,34 @@ def evaluate(model, windows, batch_size, rank, world, device, ctx):
         dist.all_reduce(total)
     model.train()
     return {"val_loss": (total[0] / total[1]).item()}
+
+
+def delta_monitor(raw_model, probe, ctx):
+    """What the stale delta would get wrong in this model now. One forward and backward of the probe
+    batch (gradients taken with autograd.grad, so the training gradients are untouched) captures each
+    layer's attention inputs q, k, v and output gradient dO; attention_fp8.delta_stats runs the FP8
+    forward and both backward arms on them. Per layer and worst over layers:
+      delta_mismatch = |delta_stale - delta_matched| / |delta_matched|
+      key_grad_sum_{matched,stale} = ||sum_j dK_j|| / sum_j ||dK_j||  (0 for the exact gradient)."""
+    from attention_fp8 import delta_stats
+    attns = [block.attn for block in raw_model.transformer.h]
+    for a in attns:
+        a.probe = {}
+    try:
+        with ctx:
+            _, loss = raw_model(probe[:, :-1], probe[:, 1:])
+        dys = torch.autograd.grad(loss, [a.probe["y"] for a in attns])
+        out = {}
+        for i, (a, dy) in enumerate(zip(attns, dys)):
+            dt = dy.dtype if dy.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+            q, k, v = (a.probe[n].to(dt) for n in ("q", "k", "v"))
+            for name, value in delta_stats(q, k, v, dy.to(dt), causal=True).items():
+                out[f"{name}_L{i}"] = value
+                out[name] = max(out.get(name, 0.0), value)
+        return out
+    finally:
+        for a in attns:
+            a.probe = None
 
 
 def get_lr(it, cfg):
@@ -210,8 +239,13 @@ def main(argv=None):
     say = tqdm.write if master else (lambda *a, **k: None)
     try:
         train(cfg, device, ddp, rank, local_rank, world, master, say)
+        if ddp:  # finish together: gloo can abort a process that tears down while another still works
+            dist.barrier()
     finally:
         if ddp:
+            # the DDP wrapper sits in reference cycles that hold the process group; collect them now, or the
+            # group is torn down during interpreter exit, where gloo sometimes aborts (SIGABRT)
+            gc.collect()
             dist.destroy_process_group()
 
 
@@ -229,6 +263,16 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
+    try:
+        attention, why_not_fp8 = resolve_attention(cfg.attention, device)
+    except RuntimeError as e:  # an fp8 path asked for where the kernel cannot run
+        raise SystemExit(str(e))
+    if cfg.delta_monitor and fp8_unavailable(device):
+        raise SystemExit(f"delta_monitor=True needs the FP8 kernel, which cannot run here: {fp8_unavailable(device)}")
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    say(f"attention: {ATTENTION_PATHS[attention]} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'} | "
+        + (f"cuda {device_name}" if device.type == "cuda" else device.type)
+        + (f" x {world}" if world > 1 else "") + (f" (fp8 unavailable: {why_not_fp8})" if why_not_fp8 else ""))
 
     # data; the built-in corpus prepares itself the first time (smaller on a CPU, to start quickly)
     data_dir = dataset_dir(cfg.dataset)
@@ -241,10 +285,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     meta = load_meta(data_dir)
     train_data = TrainData(data_dir, cfg.block_size, cfg.seed)
     val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world)
+    if val.numel() - len(val) < cfg.eval_tokens:
+        say(f"val: {val.numel() - len(val):,} tokens ({len(val)} windows), fewer than eval_tokens={cfg.eval_tokens:,}")
     vocab_size = math.ceil(meta["vocab_size"] / 64) * 64  # GPT-2's 50257 -> 50304: faster matmuls
 
     # model
-    attention, why_not_fp8 = resolve_attention(cfg.attention, device)
     model_args = {k: getattr(cfg, k) for k in ARCH_KEYS}
     model_args.update(n_kv_head=cfg.n_kv_head or cfg.n_head, block_size=cfg.block_size, vocab_size=vocab_size,
                       dropout=cfg.dropout, attention=attention)
@@ -287,22 +332,18 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
 
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    precision = "bf16 autocast" if dtype == "bfloat16" else "fp32"
-    say(f"attention: {ATTENTION_PATHS[attention]} | {precision} | "
-        + (f"cuda {device_name}" if device.type == "cuda" else device.type)
-        + (f" x {world}" if world > 1 else "") + (f" (fp8 unavailable: {why_not_fp8})" if why_not_fp8 else ""))
-    say(f"model: {raw_model.get_num_params() / 1e6:.2f}M parameters, {model_args['n_layer']} layers, "
-        f"d={model_args['n_embd']}, "
-        f"{model_args['n_head']} heads ({model_args['n_kv_head']} kv), pos={model_args['pos']}, "
-        f"qk_norm={model_args['qk_norm']}, block_size={cfg.block_size}, compile={cfg.compile}")
+    say(f"model: {raw_model.get_num_params() / 1e6:.2f}M parameters | "
+        + " ".join(f"{k}={model_args[k]}" for k in ("n_layer", "n_embd", "n_head", "n_kv_head", "pos", "qk_norm"))
+        + f" | block_size={cfg.block_size} | compile={cfg.compile}")
     say(f"data: {data_dir} ({meta['tokenizer']} tokens, {meta['train_tokens']:,} train); {tokens_per_iter:,} "
         f"tokens per step = {world} x {accum} x {cfg.batch_size} x {cfg.block_size}")
     if peak_flops(device_name) is None:
         say(f"MFU: n/a (unknown peak for {device_name})")
 
     os.makedirs(cfg.out_dir, exist_ok=True)
-    log_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if master else None
+    log_file = None
+    if master:  # one log per run; a resumed run continues its log
+        log_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a" if cfg.init_from == "resume" else "w")
 
     def log(**row):
         if master:
@@ -325,6 +366,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         just_resumed = cfg.init_from == "resume" and iter_num == start_iter
         if (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters) and not just_resumed:
             metrics = evaluate(eval_model, val, cfg.batch_size, rank, world, device, ctx)
+            if cfg.delta_monitor and master:
+                metrics.update(delta_monitor(raw_model, val[:min(4, cfg.batch_size)].to(device), ctx))
+                say(f"iter {iter_num} | delta monitor (worst layer): mismatch {metrics['delta_mismatch']:.2e} | "
+                    f"key-grad sum matched {metrics['key_grad_sum_matched']:.2e} "
+                    f"stale {metrics['key_grad_sum_stale']:.2e}")
             best_val_loss = min(best_val_loss, metrics["val_loss"])
             rngs = [None] * world
             if ddp:
