@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import configurator
-from data.common import load_meta, read_shard, shard_paths
+from data.common import atomic_write, load_meta, read_shard, shard_paths
 from model import ATTENTION_PATHS, GPT, GPTConfig, fp8_unavailable, peak_flops, resolve_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,12 +106,13 @@ class TrainData:
         if not self.shards:
             raise ValueError(f"no train shard in {data_dir} is longer than block_size {block_size}")
         self.lengths = np.array([len(s) for s in self.shards])
+        self.p = self.lengths / self.lengths.sum()  # a window lands in a shard in proportion to its size
         self.block_size, self.seed = block_size, seed
 
     def batch(self, iter_num, micro, batch_size, device):
         T = self.block_size
         rng = np.random.default_rng([self.seed, iter_num, micro])
-        which = rng.choice(len(self.shards), size=batch_size, p=self.lengths / self.lengths.sum())
+        which = rng.choice(len(self.shards), size=batch_size, p=self.p)
         starts = rng.integers(0, self.lengths[which] - T)  # window [start, start + T + 1) fits the shard
         buf = np.stack([self.shards[s][o:o + T + 1] for s, o in zip(which, starts)]).astype(np.int64)
         xy = torch.from_numpy(buf)
@@ -213,9 +214,7 @@ def set_rng_state(state, device):
 
 def save_checkpoint(path, ckpt):
     """torch.save to a temporary file beside path, then rename: a crash mid-save keeps the previous one."""
-    tmp = path + ".tmp"
-    torch.save(ckpt, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: torch.save(ckpt, f))
 
 
 # -----------------------------------------------------------------------------------------------------

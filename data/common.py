@@ -11,6 +11,7 @@ TIKTOKEN_CACHE_DIR at a folder that holds it. If neither works we fall back, wit
 byte-level tokens (0..255, end-of-text 256), so every machine can still train.
 """
 import glob
+import hashlib
 import json
 import os
 import re
@@ -73,6 +74,16 @@ def get_tokenizer(name="gpt2"):
     print(f"tokenizer: GPT-2 BPE unavailable ({'; '.join(errors)}); using byte-level tokens "
           "(set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's r50k_base file, see README)")
     return Tokenizer("bytes")
+
+
+def read_text(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def path_order(relpath):
+    """Sort key for a deterministic shuffle of files: a hash of the relative path, the same on every OS."""
+    return hashlib.sha1(relpath.replace(os.sep, "/").encode()).hexdigest()
 
 
 def tokenize(texts, tok, num_threads=8):

@@ -9,7 +9,6 @@ first max_mb of that order is kept, and the first 1% of it (at least 4 files) is
     python data/builtin/prepare.py --max_mb=16      # what train.py does by itself on a CPU-only machine
 """
 import argparse
-import hashlib
 import os
 import sys
 import sysconfig
@@ -17,7 +16,7 @@ import sysconfig
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tqdm import tqdm  # noqa: E402
 
-from data.common import get_tokenizer, write_dataset  # noqa: E402
+from data.common import get_tokenizer, path_order, read_text, write_dataset  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP_DIRS = {"test", "tests", "idle_test", "__pycache__", "site-packages", "dist-packages"}
@@ -40,13 +39,8 @@ def source_files(site_packages=True):
                 if n.endswith(".py"):
                     full = os.path.join(d, n)
                     files.append((label + "/" + os.path.relpath(full, root).replace(os.sep, "/"), full))
-    files.sort(key=lambda f: hashlib.sha1(f[0].encode()).hexdigest())
+    files.sort(key=lambda f: path_order(f[0]))
     return files
-
-
-def read_text(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
 
 
 def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):

@@ -9,21 +9,15 @@ Any local text: one file, or a folder of files, tokenized into llm.c shards.
     python data/text/prepare.py --input=~/books --out_dir=data/books   # then train.py --dataset=books
 """
 import argparse
-import hashlib
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tqdm import tqdm  # noqa: E402
 
-from data.common import get_tokenizer, write_dataset  # noqa: E402
+from data.common import get_tokenizer, path_order, read_text, write_dataset  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def read_text(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
 
 
 def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=(".txt", ".md", ".rst", ".py"), command=None):
@@ -44,7 +38,7 @@ def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=(".txt", ".md", ".r
         if len(files) < 2:
             raise SystemExit(f"{input_path} holds {len(files)} files ending in {exts}: need 2 or more for "
                              "a train/val split (or pass a single file)")
-        files.sort(key=lambda rel: hashlib.sha1(rel.replace(os.sep, "/").encode()).hexdigest())
+        files.sort(key=path_order)
         n_val = max(1, len(files) // 100)
         full = [os.path.join(input_path, f) for f in files]
         splits, n_docs = {"val": map(read_text, full[:n_val]), "train": map(read_text, full[n_val:])}, len(full)
