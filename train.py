@@ -371,18 +371,17 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                     f"key-grad sum matched {metrics['key_grad_sum_matched']:.2e} "
                     f"stale {metrics['key_grad_sum_stale']:.2e}")
             best_val_loss = min(best_val_loss, metrics["val_loss"])
-            rngs = [None] * world
-            if ddp:
-                dist.all_gather_object(rngs, rng_state(device))
-            else:
-                rngs = [rng_state(device)]
             note = ""
-            if cfg.save_checkpoint and master:
-                save_checkpoint(ckpt_path, {
-                    "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "model_args": model_args, "config": asdict(cfg), "iter_num": iter_num,
-                    "best_val_loss": best_val_loss, "rng": rngs, "meta": meta})
-                note = f" | saved {ckpt_path}"
+            if cfg.save_checkpoint and iter_num > 0:  # at step 0 there is nothing worth keeping yet
+                rngs = [rng_state(device)] if not ddp else [None] * world
+                if ddp:  # every rank's RNG state, so a resumed run draws the same dropout masks
+                    dist.all_gather_object(rngs, rng_state(device))
+                if master:
+                    save_checkpoint(ckpt_path, {
+                        "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "model_args": model_args, "config": asdict(cfg), "iter_num": iter_num,
+                        "best_val_loss": best_val_loss, "rng": rngs, "meta": meta})
+                    note = f" | saved {ckpt_path}"
             say(f"iter {iter_num} | val loss {metrics['val_loss']:.4f} (best {best_val_loss:.4f}){note}")
             log(iter=iter_num, **metrics)
         if iter_num == cfg.max_iters:
