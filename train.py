@@ -141,9 +141,8 @@ def val_windows(data_dir, block_size, eval_tokens, multiple):
 @torch.no_grad()
 def evaluate(model, windows, batch_size, rank, world, device, ctx):
     """Mean loss per token over the fixed val windows; each rank takes every world-th window and the sums
-    are reduced, so all ranks return the same figure. Returns a dict of metrics for the log: this is the
-    place for more per-eval measurements (a delta-mismatch monitor on a probe batch per layer, off by
-    default, would add its figures here and they land in the same JSONL line)."""
+    are reduced, so all ranks return the same figure. Returns a dict of metrics for the log; the training
+    loop adds the delta monitor's figures (delta_monitor=True) to it, and all land in one JSONL line."""
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of token losses, token count)
     mine = windows[rank::world]
