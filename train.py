@@ -169,6 +169,7 @@ def delta_monitor(raw_model, probe, ctx):
     attns = [block.attn for block in raw_model.transformer.h]
     for a in attns:
         a.probe = {}
+    raw_model.eval()  # no dropout: the probe must not draw from the training run's random numbers
     try:
         with ctx:
             _, loss = raw_model(probe[:, :-1], probe[:, 1:])
@@ -184,6 +185,7 @@ def delta_monitor(raw_model, probe, ctx):
     finally:
         for a in attns:
             a.probe = None
+        raw_model.train()
 
 
 def get_lr(it, cfg):
