@@ -77,9 +77,8 @@ import torch
 import triton
 import triton.language as tl
 
+# In the kernels, 448.0 is e4m3's largest finite value (a scale is amax / 448) and 256.0 is P's static scale.
 FP8 = torch.float8_e4m3fn
-FP8_MAX = 448.0     # largest finite e4m3 value
-P_SCALE = 256.0     # static scale for P in [0, 1] before its e4m3 cast
 LOG2E = 1.4426950408889634
 PAD = 128           # token buffers are padded to a multiple of the largest tile
 HEAD_DIMS = (64, 128)
