@@ -47,13 +47,26 @@ def load(arm):
     return [train[i] for i in sorted(train)], [evals[i] for i in sorted(evals)]
 
 
-def smooth(xs, k=20):
+def smooth(xs, k):
     out, acc = [], []
     for x in xs:
         acc.append(x)
         acc = acc[-k:]
         out.append(sum(acc) / len(acc))
     return out
+
+
+def table(runs):
+    """Markdown: final train loss (mean over the last 10% of steps), final and best val loss, tok/s."""
+    rows = ["| arm | train loss, last 10% of steps | final val loss | best val loss | tok/s (median, 2nd half) |",
+            "|---|---|---|---|---|"]
+    for arm, (train, evals) in runs.items():
+        last_iter = train[-1]["iter"]
+        tail = [r["loss"] for r in train if r["iter"] >= 0.9 * last_iter]
+        toks = sorted(r["tok_per_s"] for r in train if "tok_per_s" in r and r["iter"] >= last_iter / 2)
+        rows.append(f"| {arm} | {sum(tail) / len(tail):.4f} | {evals[-1]['val_loss']:.4f} | "
+                    f"{min(r['val_loss'] for r in evals):.4f} | {toks[len(toks) // 2]:,.0f} |")
+    return "\n".join(rows)
 
 
 def plot():
@@ -63,44 +76,38 @@ def plot():
     runs = {arm: r for arm in ARMS if (r := load(arm)) is not None}
     if "sdpa" not in runs:
         sys.exit(f"no BF16 baseline under {OUT}/sdpa: run `python ablation.py run` first")
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, ax = plt.subplots(1, 3, figsize=(17, 4.8))
     base_train = {r["iter"]: r["loss"] for r in runs["sdpa"][0]}
     base_val = {r["iter"]: r["val_loss"] for r in runs["sdpa"][1]}
-    for arm, (train, evals) in runs.items():
-        it = [r["iter"] for r in train]
-        ax[0].plot(it, smooth([r["loss"] for r in train]), label=arm)
-        common = [r for r in train if r["iter"] in base_train]
+    for n, (arm, (train, evals)) in enumerate(runs.items()):
+        color = f"C{n}"
+        ax[0].plot([r["iter"] for r in train], smooth([r["loss"] for r in train], 3), color=color, label=arm)
         if arm != "sdpa":
+            common = [r for r in train if r["iter"] in base_train]
             ax[1].plot([r["iter"] for r in common],
-                       smooth([r["loss"] - base_train[r["iter"]] for r in common], 50), label=f"{arm} - sdpa (train)")
+                       smooth([r["loss"] - base_train[r["iter"]] for r in common], 5), color=color,
+                       label=f"{arm}: train (smoothed)")
             ve = [r for r in evals if r["iter"] in base_val]
             ax[1].plot([r["iter"] for r in ve], [r["val_loss"] - base_val[r["iter"]] for r in ve], "o--",
-                       label=f"{arm} - sdpa (val)")
+                       color=color, label=f"{arm}: val")
         mon = [r for r in evals if "delta_mismatch" in r]
         if mon:
-            ax[2].semilogy([r["iter"] for r in mon], [r["delta_mismatch"] for r in mon], "o-",
-                           label=f"{arm}: |delta_stale - delta_matched| / |delta_matched|")
-            ax[2].semilogy([r["iter"] for r in mon], [r["key_grad_sum_stale"] for r in mon], "x:",
-                           label=f"{arm}: key-grad sum, stale")
-            ax[2].semilogy([r["iter"] for r in mon], [r["key_grad_sum_matched"] for r in mon], "+:",
-                           label=f"{arm}: key-grad sum, matched")
-    ax[0].set(title="train loss (smoothed)", xlabel="iter", ylabel="loss")
+            it = [r["iter"] for r in mon]
+            ax[2].semilogy(it, [r["delta_mismatch"] for r in mon], "o-", color=color, label=f"{arm}: delta mismatch")
+            ax[2].semilogy(it, [r["key_grad_sum_stale"] for r in mon], "x--", color=color, label=f"{arm}: key-grad sum, stale")
+            ax[2].semilogy(it, [r["key_grad_sum_matched"] for r in mon], "+:", color=color, label=f"{arm}: key-grad sum, matched")
+    ax[0].set(title="train loss", xlabel="step", ylabel="loss", ylim=(2, 6))
     ax[1].axhline(0, color="k", lw=0.5)
-    ax[1].set(title="difference to BF16 SDPA (seed 1337)", xlabel="iter", ylabel="loss difference")
-    ax[2].set(title="delta-mismatch monitor (worst layer)", xlabel="iter")
-    for a in ax:
-        a.legend(fontsize=7)
+    ax[1].set(title="loss minus BF16 SDPA (seed 1337)", xlabel="step", ylabel="loss difference")
+    ax[2].set(title="delta monitor, worst layer, on each arm's own model", xlabel="step")
+    ax[0].legend(fontsize=8)
+    ax[1].legend(fontsize=7)
+    ax[2].legend(fontsize=6, ncol=2, loc="upper right")
     fig.tight_layout()
     path = os.path.join(OUT, "ablation.png")
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     print(f"wrote {path}\n")
-    print("| arm | final train loss (mean of last 50 steps) | final val loss | best val loss | tok/s (median) |")
-    print("|---|---|---|---|---|")
-    for arm, (train, evals) in runs.items():
-        last = [r["loss"] for r in train[-50:]]
-        toks = sorted(r.get("tok_per_s", 0.0) for r in train[len(train) // 2:])
-        print(f"| {arm} | {sum(last) / len(last):.4f} | {evals[-1]['val_loss']:.4f} | "
-              f"{min(r['val_loss'] for r in evals):.4f} | {toks[len(toks) // 2]:,.0f} |")
+    print(table(runs))
 
 
 if __name__ == "__main__":
