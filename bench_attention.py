@@ -14,7 +14,6 @@ pre-pass's two extra, nor recomputation). Times are medians of triton.testing.do
 """
 import argparse
 import json
-import math
 import sys
 
 import torch
@@ -88,7 +87,6 @@ def bench_shape(B, H, N, D, causal, with_errors=True):
             r.update({f"err_{n}": rel_err(x, ref[n]) for n, x in
                       (("o", o.detach()), ("dq", qg.grad), ("dk", kg.grad), ("dv", vg.grad))})
         row[name] = r
-        del qg, kg, vg
     if "fp8_matched" in row and "fp8_stale" in row:
         row["prepass_share"] = 1 - row["fp8_stale"]["fwdbwd_ms"] / row["fp8_matched"]["fwdbwd_ms"]
     return row

@@ -3,7 +3,6 @@ the per-layer figures, they separate the arms as the kernel tests say, and it le
 import os
 
 import pytest
-import torch
 
 import train
 from test_train import args, data_dir, metrics  # noqa: F401  (data_dir is a fixture)
