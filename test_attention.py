@@ -76,6 +76,12 @@ def dequantize(x, which):
     return (x8.double() * scale[..., None].double())[:, :N].reshape(B, H, N, D)
 
 
+def dequantized_reference(q, k, v, do, causal, sm_scale):
+    """fp64 attention and gradients on what the kernel sees: its dequantized FP8 inputs."""
+    return reference_grads(dequantize(q, "q"), dequantize(k, "k"), dequantize(v, "v"), dequantize(do, "do"),
+                           causal, sm_scale)
+
+
 def make_inputs(B, H, H_kv, N, D, seed, dtype=torch.bfloat16, key_offset=0.0):
     g = torch.Generator(device="cpu").manual_seed(seed)
     q = torch.randn(B, H, N, D, generator=g)
@@ -97,8 +103,7 @@ def test_against_fp32_reference(B, H, H_kv, N, D, causal):
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=N + D)
     sm_scale = 1.0 / math.sqrt(D)
     out = run_kernel(q, k, v, do, causal)
-    deq = reference_grads(dequantize(q, "q"), dequantize(k, "k"), dequantize(v, "v"),
-                          dequantize(do, "do"), causal, sm_scale)
+    deq = dequantized_reference(q, k, v, do, causal, sm_scale)
     exact = reference_grads(q, k, v, do, causal, sm_scale)
     failures = []
     for name in ("o", "dq", "dk", "dv"):
@@ -173,8 +178,7 @@ def test_key_translation():
     B, H, H_kv, N, D = (2, 4, 2, 1024, 64) if ON_GPU else (1, 2, 1, 256, 64)
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=11, key_offset=2.0)
     sm_scale = 1.0 / math.sqrt(D)
-    deq = reference_grads(dequantize(q, "q"), dequantize(k, "k"), dequantize(v, "v"),
-                          dequantize(do, "do"), True, sm_scale)
+    deq = dequantized_reference(q, k, v, do, True, sm_scale)
     rho, dq_err = {}, {}
     for arm in ("matched", "stale"):
         out = run_kernel(q, k, v, do, True, delta=arm)
@@ -198,8 +202,7 @@ def test_large_inputs_stay_finite():
             assert torch.isfinite(x).all(), f"{arm}: {name} has non-finite values"
     # Scores ~1e5 make softmax one-hot, so a rounding of S can flip the winning key against the
     # original inputs; against the kernel's own dequantized inputs the output must still hold.
-    deq = reference_grads(dequantize(q, "q"), dequantize(k, "k"), dequantize(v, "v"),
-                          dequantize(do, "do"), True, 1.0 / math.sqrt(D))
+    deq = dequantized_reference(q, k, v, do, True, 1.0 / math.sqrt(D))
     assert rel_err(out["o"], deq["o"]) < TOL_DEQ["o"], describe(out["o"], deq["o"])
 
 
@@ -311,8 +314,7 @@ def test_other_tilings(tiling, causal, monkeypatch):
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=23)
     sm_scale = 1.0 / math.sqrt(D)
     out = run_kernel(q, k, v, do, causal)
-    deq = reference_grads(dequantize(q, "q"), dequantize(k, "k"), dequantize(v, "v"), dequantize(do, "do"),
-                          causal, sm_scale)
+    deq = dequantized_reference(q, k, v, do, causal, sm_scale)
     for name in ("o", "dq", "dk", "dv"):
         assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
     o, lse = A._forward(q, k, v, causal, sm_scale)
