@@ -84,10 +84,13 @@ PAD = 128           # token buffers are padded to a multiple of the largest tile
 HEAD_DIMS = (64, 128)
 
 # Tiles and launch settings per head dim, read at every call (the benchmark sweeps them).
-# The token-tile of each stored FP8 operand must equal the tile of the kernel that reduces over it
-# (see the docstring): V's scale tile = fwd BLOCK_N; Q^T's and dO^T's = dkdv BLOCK_M; K^T's = dq
-# BLOCK_N. The forward quantizes Q and K with the same tiles as the backward, so both read the
-# same Q^ and K^ and compute the same S.
+# Every scale covers one tile of rows, and a kernel's tile must be that tile wherever the scale
+# should come out of a dot as one number (see the docstring). So there are two tiles:
+#   the key tile   = fwd BLOCK_N = dq BLOCK_N = dkdv BLOCK_N   (K, K^T, V, V^T scales)
+#   the query tile = fwd BLOCK_M = dkdv BLOCK_M                (Q, Q^T, dO, dO^T scales)
+# and the dQ kernel's BLOCK_M is a multiple of the query tile (it reads per-row scales there).
+# The forward quantizes Q in the kernel with the query tile; the backward quantizes Q with the same
+# tile, so both see the same Q^ and K^ and compute the same S.
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
          "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=2),
@@ -99,22 +102,25 @@ CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192
 
 
 def tiles(D):
-    """Rows per scale of Q, K, V and dO for head dim D (see CONFIGS)."""
-    cfg = CONFIGS[D]
-    assert max(c[b] for c in cfg.values() for b in ("BLOCK_M", "BLOCK_N")) <= PAD
-    return {"q": cfg["dkdv"]["BLOCK_M"], "k": cfg["dq"]["BLOCK_N"], "v": cfg["fwd"]["BLOCK_N"],
-            "do": cfg["dkdv"]["BLOCK_M"]}
+    """Rows per scale of Q, K, V and dO for head dim D (see CONFIGS), after checking CONFIGS[D]."""
+    fwd, dq, dkdv = (CONFIGS[D][k] for k in ("fwd", "dq", "dkdv"))
+    q_tile, k_tile = fwd["BLOCK_M"], fwd["BLOCK_N"]
+    if not (dq["BLOCK_N"] == dkdv["BLOCK_N"] == k_tile and dkdv["BLOCK_M"] == q_tile
+            and dq["BLOCK_M"] % q_tile == 0 and max(q_tile, k_tile, dq["BLOCK_M"]) <= PAD):
+        raise ValueError(f"CONFIGS[{D}] = {CONFIGS[D]}: the key tile (fwd/dq/dkdv BLOCK_N) and the query tile "
+                         f"(fwd/dkdv BLOCK_M, dividing dq BLOCK_M) must agree across kernels and be <= {PAD}")
+    return {"q": q_tile, "k": k_tile, "v": k_tile, "do": q_tile}
 
 
 # ---------------------------------------------------------------------------------------------
 # Quantize: X (B, H, N, D), any strides -> X^ (B*H, N_pad, D) and/or X^T (B*H, D, N_pad) in e4m3,
 # scale (B*H, N_pad) fp32, with X ~= X^ * scale[row]. One scale per TILE rows: amax(tile) / 448.
-# Rows >= N are written as zeros, so kernels can read whole tiles without masks.
+# Rows >= N are written as zeros, so kernels can read whole tiles without masks. One launch does
+# two tensors of the same shape (grid axis 2 picks X or Y): launches cost more than these tiles.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _quantize_kernel(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N, N_pad, H,
-                     TILE: tl.constexpr, D: tl.constexpr,
-                     WRITE_ROWS: tl.constexpr, WRITE_COLS: tl.constexpr):
+def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N, N_pad, H,
+                   TILE: tl.constexpr, D: tl.constexpr, WRITE_ROWS: tl.constexpr, WRITE_COLS: tl.constexpr):
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -133,10 +139,22 @@ def _quantize_kernel(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, 
     tl.store(SCALE + pid_bh * N_pad + rows, tl.zeros([TILE], tl.float32) + amax / 448.0)
 
 
+@triton.jit
+def _quantize_kernel(X, sxb, sxh, sxn, sxd, X8, X8T, SX, Y, syb, syh, syn, syd, Y8, Y8T, SY, N, N_pad, H,
+                     TILE: tl.constexpr, D: tl.constexpr, X_ROWS: tl.constexpr, X_COLS: tl.constexpr,
+                     Y_ROWS: tl.constexpr, Y_COLS: tl.constexpr):
+    if tl.program_id(2) == 0:
+        _quantize_tile(X, sxb, sxh, sxn, sxd, X8, X8T, SX, N, N_pad, H, TILE, D, X_ROWS, X_COLS)
+    else:
+        _quantize_tile(Y, syb, syh, syn, syd, Y8, Y8T, SY, N, N_pad, H, TILE, D, Y_ROWS, Y_COLS)
+
+
 # ---------------------------------------------------------------------------------------------
 # Forward: O_i = sum_j softmax(S)_ij V_j with S = tau Q^ K^T^, online softmax in base 2.
-#   s = S * log2(e); m = running row max; l = running sum of exp2(s - m);
-#   acc += (256 * exp2(s - m))^ V^ / 256; O = acc / l; LSE2 = m + log2(l)
+#   qk = Q^ . K^ (the raw FP8 dot); f = Q's row scale * K's tile scale * tau * log2(e)
+#   m = running row max of qk * f; p~ = exp2(qk * f - m + 8) = 256 exp2(s - m), so P~^ = e4m3(p~)
+#   l = running sum of p~; acc += P~^ V^ * V's tile scale; O = acc / l; LSE2 = m + log2(l) - 8
+# (the 256 = 2^8 lifts small probabilities out of e4m3's subnormals; it cancels in acc / l)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
@@ -145,30 +163,31 @@ def _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                 # (D, BLOCK_N)
-        sk = tl.load(SK + offs_n)
-        s = tl.dot(q, kT) * qs[:, None] * sk[None, :]                            # (BLOCK_M, BLOCK_N)
+        f = qs * tl.load(SK + start_n)                                           # (BLOCK_M,)
+        qk = tl.dot(q, kT)                                                       # (BLOCK_M, BLOCK_N)
         if MASK:
             keep = offs_n[None, :] < N
             if CAUSAL:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None])
-            s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
+            qk = tl.where(keep, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * f)      # f > 0, so max(qk) * f = max(qk * f)
+        p = tl.math.exp2(qk * f[:, None] - (m_new - 8.0)[:, None])               # one FMA, then exp2
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(VT8 + offs_d[None, :] * N_pad + offs_n[:, None])             # (BLOCK_N, D), token-contiguous
-        sv = tl.load(SVT + start_n)                                              # one scale per key tile
-        pv = tl.dot((p * 256.0).to(tl.float8e4nv), v)
-        acc = acc * alpha[:, None] + pv * (sv / 256.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float8e4nv), v) * tl.load(SVT + start_n)
         m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
-def _fwd_kernel(Q8, SQ, K8, SK, VT8, SVT, O, LSE, qk_scale, N, N_pad, H, H_KV,
+def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT, O, LSE, qk_scale, N, N_pad, H, H_KV,
                 stride_ob, stride_oh, stride_on,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    # Causal: the last query tiles see the most keys; start them first so the short ones fill the tail.
     pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
@@ -176,9 +195,14 @@ def _fwd_kernel(Q8, SQ, K8, SK, VT8, SVT, O, LSE, qk_scale, N, N_pad, H, H_KV,
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
+    row_ok = offs_m < N
 
-    q = tl.load(Q8 + pid_bh * N_pad * D + offs_m[:, None] * D + offs_d[None, :])
-    qs = tl.load(SQ + pid_bh * N_pad + offs_m) * qk_scale      # Q's row scale times tau * log2(e)
+    # Q^ is made here, exactly as _quantize_tile makes it (BLOCK_M is the query tile).
+    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(q)), 1e-30)
+    q = (q * (448.0 / amax)).to(tl.float8e4nv)
+    qs = tl.zeros([BLOCK_M], tl.float32) + (amax / 448.0) * qk_scale   # Q's scale times tau * log2(e)
     K8 += bh_kv * N_pad * D
     SK += bh_kv * N_pad
     VT8 += bh_kv * D * N_pad
@@ -202,77 +226,82 @@ def _fwd_kernel(Q8, SQ, K8, SK, VT8, SVT, O, LSE, qk_scale, N, N_pad, H, H_KV,
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_full, N_pad,
                                    N, N_pad, D, BLOCK_N, CAUSAL, True)
     o = acc / l_i[:, None]
-    row_ok = offs_m < N
     tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
              o.to(O.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE + pid_bh * N + offs_m, m_i + tl.math.log2(l_i), mask=row_ok)
+    tl.store(LSE + pid_bh * N + offs_m, m_i + tl.math.log2(l_i) - 8.0, mask=row_ok)
 
 
 # ---------------------------------------------------------------------------------------------
 # Backward, query-owned: the Delta-Matching pre-pass, then dQ.
 # For a tile of query rows i, over key tiles j:
-#   P_ij = exp2(s_ij - LSE2_i) (S recomputed from Q^, K^ exactly as in the forward)
-#   dP_ij = dO^_i . V^_j
-#   pre-pass:  delta_i = sum_j P_ij dP_ij / sum_j P_ij                  (MATCHED only)
+#   P_ij = exp2(qk_ij * f_i - LSE2_i) (S recomputed from Q^, K^ exactly as in the forward)
+#   dP_ij = (dO^_i . V^_j) * c_i, c_i = dO's row scale * V's tile scale
+#   pre-pass:  delta_i = sum_j P_ij dP_ij / sum_j P_ij                  (MATCHED)
+#              delta_i = sum_d dO_id O_id, from the BF16 dO and O       (stale)
 #   main loop: dS_ij = P_ij (dP_ij - delta_i);  dQ_i = tau sum_j dS^_ij K^_j
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N,
                D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+    """P, the raw dot dO^ V^T^ and its row scale c (dP = raw * c), and K's tile scale."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
-    sk = tl.load(SK + offs_n)
-    s = tl.dot(q, kT) * qs[:, None] * sk[None, :]
+    sk = tl.load(SK + start_n)
+    qk = tl.dot(q, kT)
     if MASK:
         keep = offs_n[None, :] < N
         if CAUSAL:
             keep = keep & (offs_n[None, :] <= offs_m[:, None])
-        s = tl.where(keep, s, float("-inf"))
-    p = tl.math.exp2(s - lse[:, None])
+        qk = tl.where(keep, qk, float("-inf"))
+    p = tl.math.exp2(qk * (qs * sk)[:, None] - lse[:, None])
     vT = tl.load(V8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
-    sv = tl.load(SV + offs_n)
-    dp = tl.dot(do, vT) * sdo[:, None] * sv[None, :]
-    return p, dp
+    dp_raw = tl.dot(do, vT)
+    return p, dp_raw, sdo * tl.load(SV + start_n), sk
 
 
 @triton.jit
 def _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, lo, hi, N,
                  D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
-        p, dp = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
-        pdp += tl.sum(p * dp, 1)
+        p, dp_raw, c, sk = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N,
+                                      CAUSAL, MASK)
+        pdp += tl.sum(p * dp_raw, 1) * c       # c is constant along the row: scale the row sum once
         r += tl.sum(p, 1)
     return pdp, r
 
 
 @triton.jit
-def _dq_inner(dq, rowsum, rowabs, delta, q, qs, do, sdo, lse, K8, SK, KT8, SKT, V8, SV, offs_m, lo, hi, N, N_pad,
+def _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8, V8, SV, offs_m, lo, hi, N, N_pad,
               D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
               DEBUG: tl.constexpr):
     offs_d = tl.arange(0, D)
     for start_n in range(lo, hi, BLOCK_N):
-        p, dp = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
-        ds = p * (dp - delta[:, None])
+        p, dp_raw, c, sk = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N,
+                                      CAUSAL, MASK)
+        ds = p * (dp_raw * c[:, None] - delta[:, None])
         if DEBUG:   # the invariant (*) and its natural size, for tests
             rowsum += tl.sum(ds, 1)
-            rowabs += tl.sum(tl.abs(p * dp), 1)
+            rowabs += tl.sum(tl.abs(p * (dp_raw * c[:, None])), 1)
+            rowp += tl.sum(p, 1)       # 1 if the forward's LSE fits the backward's S
         # one dynamic scale per row of the tile: dQ reduces over keys, so it factors out of the dot
         amax = tl.maximum(tl.max(tl.abs(ds), 1), 1e-30)
         ds8 = (ds * (448.0 / amax)[:, None]).to(tl.float8e4nv)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(KT8 + offs_d[None, :] * N_pad + offs_n[:, None])             # (BLOCK_N, D), token-contiguous
-        skt = tl.load(SKT + start_n)
-        dq += tl.dot(ds8, k) * (amax * (skt / 448.0))[:, None]
-    return dq, rowsum, rowabs
+        dq += tl.dot(ds8, k) * (amax * (sk / 448.0))[:, None]
+    return dq, rowsum, rowabs, rowp
 
 
 @triton.jit
-def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, SKT, V8, SV, DO8, SDO, LSE, DELTA, DQ, ROWSUM, sm_scale, qk_scale,
-                   N, N_pad, H, H_KV, stride_dqb, stride_dqh, stride_dqn,
+def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, DELTA, DQ, ROWSUM, sm_scale, qk_scale,
+                   N, N_pad, H, H_KV, stride_dob, stride_doh, stride_don, stride_dod, stride_ob, stride_oh, stride_on,
+                   stride_dqb, stride_dqh, stride_dqn,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                    MATCHED: tl.constexpr, DEBUG: tl.constexpr):
     pid_m = tl.program_id(0)
+    if CAUSAL:      # longest rows first, as in the forward
+        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     b = pid_bh // H
     h = pid_bh % H
@@ -291,7 +320,6 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, SKT, V8, SV, DO8, SDO, LSE, DELTA, DQ, R
     K8 += bh_kv * N_pad * D
     SK += bh_kv * N_pad
     KT8 += bh_kv * D * N_pad
-    SKT += bh_kv * N_pad
     V8 += bh_kv * N_pad * D
     SV += bh_kv * N_pad
 
@@ -312,68 +340,72 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, SKT, V8, SV, DO8, SDO, LSE, DELTA, DQ, R
         pdp, r = _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, n_free, n_end, N,
                               D, BLOCK_N, CAUSAL, True)
         delta = tl.where(row_ok, pdp / tl.where(row_ok, r, 1.0), 0.0)
-        tl.store(DELTA + pid_bh * N_pad + offs_m, delta)
-    else:
-        delta = tl.load(DELTA + pid_bh * N_pad + offs_m)
+    else:           # FlashAttention's delta from the forward's output: stale under FP8
+        do_hi = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :] * stride_dod,
+                        mask=row_ok[:, None], other=0.0).to(tl.float32)
+        o_hi = tl.load(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
+                       mask=row_ok[:, None], other=0.0).to(tl.float32)
+        delta = tl.sum(do_hi * o_hi, 1)
+    tl.store(DELTA + pid_bh * N_pad + offs_m, delta)     # for the dK/dV kernel
 
     dq = tl.zeros([BLOCK_M, D], tl.float32)
     rowsum = tl.zeros([BLOCK_M], tl.float32)
     rowabs = tl.zeros([BLOCK_M], tl.float32)
-    dq, rowsum, rowabs = _dq_inner(dq, rowsum, rowabs, delta, q, qs, do, sdo, lse, K8, SK, KT8, SKT, V8, SV,
+    rowp = tl.zeros([BLOCK_M], tl.float32)
+    dq, rowsum, rowabs, rowp = _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8, V8, SV,
                                    offs_m, 0, n_free, N, N_pad, D, BLOCK_N, CAUSAL, False, DEBUG)
-    dq, rowsum, rowabs = _dq_inner(dq, rowsum, rowabs, delta, q, qs, do, sdo, lse, K8, SK, KT8, SKT, V8, SV,
+    dq, rowsum, rowabs, rowp = _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8, V8, SV,
                                    offs_m, n_free, n_end, N, N_pad, D, BLOCK_N, CAUSAL, True, DEBUG)
     tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqn + offs_d[None, :],
              (dq * sm_scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
     if DEBUG:
-        tl.store(ROWSUM + pid_bh * N_pad * 2 + offs_m * 2, rowsum)
-        tl.store(ROWSUM + pid_bh * N_pad * 2 + offs_m * 2 + 1, rowabs)
+        tl.store(ROWSUM + pid_bh * N_pad * 3 + offs_m * 3, rowsum)
+        tl.store(ROWSUM + pid_bh * N_pad * 3 + offs_m * 3 + 1, rowabs)
+        tl.store(ROWSUM + pid_bh * N_pad * 3 + offs_m * 3 + 2, rowp)
 
 
 # ---------------------------------------------------------------------------------------------
 # Backward, key-owned: dK and dV for a tile of keys j, over every query tile i (and, for
-# grouped-query attention, every query head that shares this KV head). Transposed orientation:
-#   S^T_ji = tau K^_j . Q^_i, P^T_ji = exp2(s_ji - LSE2_i)    (same products as the dQ kernel)
-#   dV_j += sum_i (256 P_ij)^ dO^_i / 256
-#   dP^T_ji = V^_j . dO^_i;   dS^T_ji = P_ij (dP_ij - delta_i)
-#   dK_j += tau sum_i dS^T^_ji Q^_i
+# grouped-query attention, every query head that shares this KV head). Transposed orientation;
+# BLOCK_N is the key tile and BLOCK_M the query tile, so every scale below is one number:
+#   256 P^T_ji = exp2(qk_ji * f - LSE2_i + 8)  (the products of the dQ kernel, times 256)
+#   dV_j += sum_i (256 P_ij)^ dO^_i * dO's tile scale / 256
+#   dP^T_ji = (V^_j . dO^_i) * c;   256 dS^T_ji = 256 P_ij (dP_ij - delta_i)
+#   dK_j += tau sum_i (256 dS^T_ji)^ Q^_i * (row scale / 256) * Q's tile scale
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dkdv_inner(dk, dv, k, sk, v, sv, Q8, SQ, QT8, SQT, DO8, SDO, DOT8, SDOT, LSE, DELTA, qk_scale,
+def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA,
                 offs_n, lo, hi, N, N_pad,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
     offs_d = tl.arange(0, D)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         qT = tl.load(Q8 + offs_m[None, :] * D + offs_d[:, None])                 # (D, BLOCK_M)
-        qs = tl.load(SQ + offs_m) * qk_scale
+        sq = tl.load(SQ + start_m)
         lse = tl.load(LSE + offs_m, mask=offs_m < N, other=float("inf"))
-        sT = tl.dot(k, qT) * qs[None, :] * sk[:, None]                           # (BLOCK_N, BLOCK_M)
+        qkT = tl.dot(k, qT)                                                      # (BLOCK_N, BLOCK_M)
         if MASK:
-            sT = tl.where(offs_m[None, :] >= offs_n[:, None], sT, float("-inf"))
-        pT = tl.math.exp2(sT - lse[None, :])
+            qkT = tl.where(offs_m[None, :] >= offs_n[:, None], qkT, float("-inf"))
+        pT = tl.math.exp2(qkT * (sk_qk * sq) - (lse - 8.0)[None, :])             # 256 P^T
         do = tl.load(DOT8 + offs_d[None, :] * N_pad + offs_m[:, None])           # (BLOCK_M, D), token-contiguous
-        sdot = tl.load(SDOT + start_m)
-        dv += tl.dot((pT * 256.0).to(tl.float8e4nv), do) * (sdot / 256.0)
+        sdo = tl.load(SDO + start_m)
+        dv += tl.dot(pT.to(tl.float8e4nv), do) * (sdo / 256.0)
         doT = tl.load(DO8 + offs_m[None, :] * D + offs_d[:, None])               # (D, BLOCK_M)
-        sdo = tl.load(SDO + offs_m)
-        dpT = tl.dot(v, doT) * sdo[None, :] * sv[:, None]
         delta = tl.load(DELTA + offs_m)
-        dsT = pT * (dpT - delta[None, :])
+        dsT = pT * (tl.dot(v, doT) * (sv * sdo) - delta[None, :])                # 256 dS^T
         # one dynamic scale per key row: dK reduces over queries, so it factors out of the dot
         amax = tl.maximum(tl.max(tl.abs(dsT), 1), 1e-30)
         ds8 = (dsT * (448.0 / amax)[:, None]).to(tl.float8e4nv)
         q = tl.load(QT8 + offs_d[None, :] * N_pad + offs_m[:, None])             # (BLOCK_M, D), token-contiguous
-        sqt = tl.load(SQT + start_m)
-        dk += tl.dot(ds8, q) * (amax * (sqt / 448.0))[:, None]
+        dk += tl.dot(ds8, q) * (amax * (sq / (448.0 * 256.0)))[:, None]
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q8, SQ, QT8, SQT, K8, SK, V8, SV, DO8, SDO, DOT8, SDOT, LSE, DELTA, DK, DV,
+def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK, DV,
                      sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                      D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    pid_n = tl.program_id(0)
+    pid_n = tl.program_id(0)      # causal: the first key tiles see the most queries and start first
     pid_bhk = tl.program_id(1)
     b = pid_bhk // H_KV
     hk = pid_bhk % H_KV
@@ -383,9 +415,9 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, SQT, K8, SK, V8, SV, DO8, SDO, DOT8, SDOT, LSE
     offs_d = tl.arange(0, D)
 
     k = tl.load(K8 + pid_bhk * N_pad * D + offs_n[:, None] * D + offs_d[None, :])
-    sk = tl.load(SK + pid_bhk * N_pad + offs_n)
+    sk_qk = tl.load(SK + pid_bhk * N_pad + start_n) * qk_scale
     v = tl.load(V8 + pid_bhk * N_pad * D + offs_n[:, None] * D + offs_d[None, :])
-    sv = tl.load(SV + pid_bhk * N_pad + offs_n)
+    sv = tl.load(SV + pid_bhk * N_pad + start_n)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
     # Query rows past N have LSE = +inf (P = 0) and dO = 0: no mask needed for them. Key rows past N
@@ -400,16 +432,16 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, SQT, K8, SK, V8, SV, DO8, SDO, DOT8, SDOT, LSE
             # [start_n, start_n + BLOCK_N) need the mask (query tiles start at multiples of BLOCK_M)
             m_lo = (start_n // BLOCK_M) * BLOCK_M
             diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, m_end)
-            dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
-                                 SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
-                                 offs_n, m_lo, diag_end, N, N_pad, D, BLOCK_M, CAUSAL, True)
-            dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
-                                 SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
-                                 offs_n, diag_end, m_end, N, N_pad, D, BLOCK_M, CAUSAL, False)
+            dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
+                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, m_lo, diag_end, N, N_pad,
+                                 D, BLOCK_M, CAUSAL, True)
+            dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
+                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, diag_end, m_end, N, N_pad,
+                                 D, BLOCK_M, CAUSAL, False)
         else:
-            dk, dv = _dkdv_inner(dk, dv, k, sk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, SQT + vec, DO8 + rows,
-                                 SDO + vec, DOT8 + rows, SDOT + vec, LSE + bh * N, DELTA + vec, qk_scale,
-                                 offs_n, 0, m_end, N, N_pad, D, BLOCK_M, CAUSAL, False)
+            dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
+                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, 0, m_end, N, N_pad,
+                                 D, BLOCK_M, CAUSAL, False)
     key_ok = offs_n[:, None] < N
     out = b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
     tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok)
@@ -423,19 +455,33 @@ def _padded(n):
     return triton.cdiv(n, PAD) * PAD
 
 
+def _quantize(specs, tile):
+    """specs: one or two (x, rows, cols) with x (B, H, N, D) of one shape; one launch for all.
+    Returns a list of (x8 or None, x8T or None, scale), see quantize()."""
+    B, H, N, D = specs[0][0].shape
+    n_pad = _padded(N)
+    args, flags, out = [], [], []
+    for x, rows, cols in specs:
+        assert x.shape == specs[0][0].shape
+        x8 = torch.empty((B * H, n_pad, D), device=x.device, dtype=FP8) if rows else None
+        x8t = torch.empty((B * H, D, n_pad), device=x.device, dtype=FP8) if cols else None
+        scale = torch.empty((B * H, n_pad), device=x.device, dtype=torch.float32)
+        args += [x, *x.stride(), x8 if rows else scale, x8t if cols else scale, scale]
+        flags += [rows, cols]
+        out.append((x8, x8t, scale))
+    if len(specs) == 1:     # the Y half of the kernel is never launched
+        args, flags = args * 2, flags * 2
+    _quantize_kernel[(n_pad // tile, B * H, len(specs))](
+        *args, N, n_pad, H, TILE=tile, D=D, X_ROWS=flags[0], X_COLS=flags[1], Y_ROWS=flags[2], Y_COLS=flags[3],
+        num_warps=4)
+    return out
+
+
 def quantize(x, tile, rows=True, cols=False):
     """Block-scaled e4m3 copy of x (B, H, N, D): returns (x8 or None, x8T or None, scale) with
     x8 (B*H, N_pad, D), x8T (B*H, D, N_pad) and scale (B*H, N_pad), x ~= x8 * scale[..., None].
     One scale per `tile` rows. Public so tests can build references from the dequantized inputs."""
-    B, H, N, D = x.shape
-    n_pad = _padded(N)
-    x8 = torch.empty((B * H, n_pad, D), device=x.device, dtype=FP8) if rows else None
-    x8t = torch.empty((B * H, D, n_pad), device=x.device, dtype=FP8) if cols else None
-    scale = torch.empty((B * H, n_pad), device=x.device, dtype=torch.float32)
-    _quantize_kernel[(n_pad // tile, B * H)](
-        x, *x.stride(), x8 if rows else scale, x8t if cols else scale, scale, N, n_pad, H,
-        TILE=tile, D=D, WRITE_ROWS=rows, WRITE_COLS=cols, num_warps=4)
-    return x8, x8t, scale
+    return _quantize([(x, rows, cols)], tile)[0]
 
 
 def _forward(q, k, v, causal, sm_scale):
@@ -443,14 +489,12 @@ def _forward(q, k, v, causal, sm_scale):
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    q8, _, sq = quantize(q, tile["q"])
-    k8, _, sk = quantize(k, tile["k"])
-    _, vt8, sv = quantize(v, tile["v"], rows=False, cols=True)
+    (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
     o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = CONFIGS[D]["fwd"]
     _fwd_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
-        q8, sq, k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3],
+        q, *q.stride(), k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3],
         D=D, CAUSAL=causal, **cfg)
     return o, lse
 
@@ -462,34 +506,30 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
     n_pad = _padded(N)
     tile = tiles(D)
     # Same tiles as the forward for Q and K: bit-identical Q^, K^, hence the forward's S and LSE.
-    q8, qt8, sq = quantize(q, tile["q"], cols=True)
-    k8, kt8, sk = quantize(k, tile["k"], cols=True)
-    v8, _, sv = quantize(v, tile["v"])
-    do8, dot8, sdo = quantize(do, tile["do"], cols=True)
+    (q8, qt8, sq), (do8, dot8, sdo) = _quantize([(q, True, True), (do, True, True)], tile["q"])
+    (k8, kt8, sk), (v8, _, sv) = _quantize([(k, True, True), (v, True, False)], tile["k"])
     matched = delta == "matched"
-    if matched:
-        delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
-    else:   # FlashAttention's delta from the forward's output: stale under FP8
-        delta_buf = torch.zeros((B * H, n_pad), device=q.device, dtype=torch.float32)
-        delta_buf[:, :N] = (do.float() * o.float()).sum(-1).reshape(B * H, N)
-    rowsum = torch.zeros((B * H, n_pad, 2), device=q.device, dtype=torch.float32) if debug else delta_buf
+    delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
+    rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
     dq = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
     dk = torch.empty((B, H_kv, N, D), device=q.device, dtype=k.dtype)
     dv = torch.empty((B, H_kv, N, D), device=q.device, dtype=v.dtype)
     qk_scale = sm_scale * LOG2E
     cfg = CONFIGS[D]["dq"]
     _bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
-        q8, sq, k8, sk, kt8, sk, v8, sv, do8, sdo, lse, delta_buf, dq, rowsum, sm_scale, qk_scale,
-        N, n_pad, H, H_kv, *dq.stride()[:3], D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
+        q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, delta_buf, dq, rowsum, sm_scale, qk_scale,
+        N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3],
+        D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
     cfg = CONFIGS[D]["dkdv"]
     _bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
-        q8, sq, qt8, sq, k8, sk, v8, sv, do8, sdo, dot8, sdo, lse, delta_buf, dk, dv,
+        q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta_buf, dk, dv,
         sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3], D=D, CAUSAL=causal, **cfg)
     if not debug:
         return dq, dk, dv
     info = {"delta": delta_buf[:, :N].reshape(B, H, N),
             "ds_rowsum": rowsum[:, :N, 0].reshape(B, H, N),
-            "pdp_abs_rowsum": rowsum[:, :N, 1].reshape(B, H, N)}
+            "pdp_abs_rowsum": rowsum[:, :N, 1].reshape(B, H, N),
+            "p_rowsum": rowsum[:, :N, 2].reshape(B, H, N)}
     return dq, dk, dv, info
 
 

@@ -7,19 +7,27 @@ peak memory, and each method's error against an FP32 reference on the same input
     python bench_attention.py                      # causal, the shapes of DELTA_MATCHING.md section 5
     python bench_attention.py --shapes 4x16x4096x128 --no-causal
     python bench_attention.py --sweep              # also try a few kernel tilings (tuning)
+    python bench_attention.py --compare /tmp/old.py  # older revision (git show REV:attention_fp8.py) vs current
+    python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
 
 FLOPs are counted as the Triton tutorial and FlashAttention do: forward = 4*B*H*N^2*D, halved when
 causal; forward+backward = 3.5x forward (2.5x for the backward's five matmuls, not counting the
 pre-pass's two extra, nor recomputation). Times are medians of triton.testing.do_bench.
 """
 import argparse
+import importlib.util
 import json
+import os
 import sys
+import tempfile
+import time
 
 import torch
 import torch.nn.functional as F
 import triton
+from torch.autograd import DeviceType
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile as torch_profile
 
 import attention_fp8 as A
 
@@ -124,19 +132,29 @@ def main():
     p.add_argument("--no-errors", action="store_true", help="skip the FP32 reference")
     p.add_argument("--sweep", action="store_true", help="time a few tilings of the FP8 kernels first")
     p.add_argument("--json", default=None, help="also write the rows to this file")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--compare", nargs="+", metavar="FILE", help="instead of the table: time these copies of older "
+                      "attention_fp8.py revisions against the current one (and cuDNN) on the same inputs")
+    only.add_argument("--profile", action="store_true", help="instead of the table: per-kernel GPU time of fp8 "
+                      "forward+backward (matched, stale) against its wall time")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_attention.py needs a CUDA GPU")
     print(f"GPU {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__} | "
           f"cuDNN {torch.backends.cudnn.version()}")
-    if args.sweep:
-        sweep()
-    rows = []
-    for s in args.shapes:
-        B, H, N, D = map(int, s.split("x"))
-        rows.append(bench_shape(B, H, N, D, not args.no_causal, with_errors=not args.no_errors))
-        print(json.dumps(rows[-1]), flush=True)
-    print_table(rows)
+    if args.profile:
+        return profile(args.shapes, not args.no_causal)
+    if args.compare:
+        rows = compare(args.compare, args.shapes, not args.no_causal)
+    else:
+        if args.sweep:
+            sweep()
+        rows = []
+        for s in args.shapes:
+            B, H, N, D = map(int, s.split("x"))
+            rows.append(bench_shape(B, H, N, D, not args.no_causal, with_errors=not args.no_errors))
+            print(json.dumps(rows[-1]), flush=True)
+        print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -178,6 +196,114 @@ def sweep():
                     best_t, best = t, cfg
             A.CONFIGS[D][kernel] = best
         print(f"D={D} best: {A.CONFIGS[D]}", flush=True)
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+
+
+def load_revision(path, i):
+    """Import a copy of an older attention_fp8.py as a module of its own. Every revision registers the
+    custom ops fp8_attention::fwd/bwd at import and a name registers only once per process, so this
+    copy gets the namespace fp8_attention_rev{i}. It is imported from a temp file rather than exec'd
+    from a string because @triton.jit reads its functions' source through inspect."""
+    with open(path) as f:
+        src = f.read().replace("fp8_attention::", f"fp8_attention_rev{i}::")
+    name = f"attention_fp8_rev{i}"
+    tmp = os.path.join(tempfile.mkdtemp(prefix="bench_attention_"), name + ".py")
+    with open(tmp, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(name, tmp)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod     # as a normal import would; code that looks a function's module up finds it
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compare(files, shapes, causal):
+    """Forward and forward+backward (matched) time of each older revision, the current attention_fp8
+    and cuDNN, on identical inputs; speedups are against the first label (the first FILE)."""
+    mods = []
+    for i, path in enumerate(files):
+        try:
+            mods.append((os.path.basename(path), load_revision(path, i)))
+        except Exception as e:  # a revision that no longer imports: say so, time the others
+            print(f"  {path}: {first_line(e)}", file=sys.stderr)
+    mods.append(("current", A))
+    fns = [(label, lambda q, k, v, causal, m=m: m.attention(q, k, v, causal=causal, delta="matched"))
+           for label, m in mods] + [("cudnn", METHODS["cudnn"])]
+    base, w = fns[0][0], max(len(label) for label, _ in fns)
+    print(f"\nspeedups are against {base}\n{'label':>{w}} {'shape':>16} {'c':>1} | {'fwd ms':>8} {'TFLOP/s':>7} | "
+          f"{'fwd+bwd ms':>10} {'TFLOP/s':>7} | {'fwd speedup':>11} {'fwd+bwd speedup':>15}", flush=True)
+    rows = []
+    for s in shapes:
+        B, H, N, D = map(int, s.split("x"))
+        torch.manual_seed(0)
+        q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        fwd_flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+        first = None
+        for label, f in fns:
+            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+            try:
+                with torch.no_grad():
+                    t_fwd = triton.testing.do_bench(lambda: f(q, k, v, causal), warmup=25, rep=150)
+
+                def fwd_bwd():
+                    f(qg, kg, vg, causal).backward(do)
+                t_all = triton.testing.do_bench(fwd_bwd, warmup=25, rep=150, grad_to_none=[qg, kg, vg])
+            except Exception as e:  # e.g. a revision whose kernels no longer compile: report it, go on
+                print(f"  {label} {s}: {first_line(e)}", file=sys.stderr)
+                continue
+            if label == base:
+                first = (t_fwd, t_all)
+            r = {"label": label, "shape": f"{B}x{H}x{N}x{D}", "causal": causal,
+                 "fwd_ms": t_fwd, "fwd_tflops": fwd_flops / t_fwd * 1e-9,
+                 "fwdbwd_ms": t_all, "fwdbwd_tflops": 3.5 * fwd_flops / t_all * 1e-9,
+                 "fwd_speedup": first[0] / t_fwd if first else float("nan"),
+                 "fwdbwd_speedup": first[1] / t_all if first else float("nan")}
+            rows.append(r)
+            print(f"{label:>{w}} {r['shape']:>16} {'y' if causal else 'n':>1} | {t_fwd:8.3f} {r['fwd_tflops']:7.0f} | "
+                  f"{t_all:10.3f} {r['fwdbwd_tflops']:7.0f} | {r['fwd_speedup']:11.2f} {r['fwdbwd_speedup']:15.2f}",
+                  flush=True)
+    return rows
+
+
+def profile(shapes, causal, iters=5):
+    """Per CUDA kernel, calls and mean GPU time per fp8 forward+backward, and the sum against the wall time
+    per iteration: the difference is what kernel launches and the CPU side (autograd, glue) add."""
+    for s in shapes:
+        B, H, N, D = map(int, s.split("x"))
+        torch.manual_seed(0)
+        q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        for delta in ("matched", "stale"):
+            def fwd_bwd():
+                q.grad = k.grad = v.grad = None     # as do_bench's grad_to_none: no grad-accumulation kernels
+                A.attention(q, k, v, causal=causal, delta=delta).backward(do)
+            wall = 1e3 * triton.testing.do_bench(fwd_bwd, warmup=25, rep=150)    # also compiles, outside the profile
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(4 * iters):
+                fwd_bwd()
+            torch.cuda.synchronize()
+            host = 1e6 * (time.perf_counter() - t0) / (4 * iters)
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(iters):
+                    fwd_bwd()
+                torch.cuda.synchronize()
+            kern = {}
+            for e in prof.events():
+                if e.device_type == DeviceType.CUDA:
+                    c, t = kern.get(e.name, (0, 0.0))
+                    kern[e.name] = (c + 1, t + e.time_range.elapsed_us())
+            total = sum(t for _, t in kern.values()) / iters
+            print(f"\n{B}x{H}x{N}x{D} causal={'y' if causal else 'n'} delta={delta}, per forward+backward "
+                  f"({iters} profiled)\n{'calls':>6} {'mean us':>9} {'total us':>9}  kernel")
+            for name, (c, t) in sorted(kern.items(), key=lambda kv: -kv[1][1]):
+                print(f"{c / iters:6.1f} {t / c:9.1f} {t / iters:9.1f}  {name[:100]}")
+            print(f"{'':>16} {total:9.1f}  sum of kernel times\n"
+                  f"wall: do_bench {wall:.1f} us (L2 flushed before each call), back-to-back {host:.1f} us -> "
+                  f"not in kernels (launches, CPU side, gaps): {wall - total:.1f} / {host - total:.1f} us", flush=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ What ``install()`` changes, in the module ``triton.runtime.interpreter``:
   numpy-``astype``-ed the rest, which is wrong for fp64 <-> bf16).
 * ``InterpreterBuilder.create_dot`` widens non-fp32 float operands (fp8, bf16, fp16) to fp32
   before ``np.matmul``.
+* ``_patch_lang_tensor`` gets an ``__index__`` that numpy >= 2.4 accepts (stock does
+  ``int(ndarray)`` on the shape-(1,) arrays that stand for scalars; numpy 2.4 refuses, so every
+  ``range()`` over a computed bound raised TypeError). Not a rounding fix, but the same kind:
+  without it the interpreter cannot run the kernels at all on a fresh machine.
 
 Only the interpreter is touched, so calling ``install()`` on a GPU machine is harmless: compiled
 kernels never use it. Set ``TRITON_INTERPRET=1`` yourself (before the ``@triton.jit`` functions are
@@ -116,12 +120,21 @@ def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     return _interp.TensorHandle(out, d.dtype.scalar)
 
 
+def _patch_lang_tensor(tensor, scope):
+    """_patch_lang_tensor: stock __index__ does int(ndarray), which numpy >= 2.4 refuses for the
+    shape-(1,) arrays the interpreter uses as scalars (any `range(lo, hi)` on a computed bound fails
+    with "only 0-dimensional arrays can be converted to Python scalars")."""
+    _originals["_patch_lang_tensor"](tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+
 # name -> (owner, replacement, parameters the replacement assumes the original has)
 _PATCHES = {
     "_convert_float": (_interp, convert_float, ["input", "input_dtype", "output_dtype", "rounding_mode"]),
     "cast_impl": (_interp.InterpreterBuilder, _cast_impl, ["self", "src", "dst_type"]),
     "create_dot": (_interp.InterpreterBuilder, _create_dot,
                    ["self", "a", "b", "d", "input_precision", "max_num_imprecise_acc"]),
+    "_patch_lang_tensor": (_interp, _patch_lang_tensor, ["tensor", "scope"]),
 }
 
 
@@ -148,6 +161,8 @@ def _check_internals():
                            ("create_fp_ext", "cast_impl")):
         if callee not in getattr(builder, caller).__code__.co_names:
             _fail(f"InterpreterBuilder.{caller} no longer calls {callee}")
+    if "_patch_lang_tensor" not in _interp._patch_lang.__code__.co_names:
+        _fail("_patch_lang no longer calls _patch_lang_tensor")
 
 
 def _self_check():
