@@ -12,7 +12,7 @@ peak memory, and each method's error against an FP32 reference on the same input
 
 FLOPs are counted as the Triton tutorial and FlashAttention do: forward = 4*B*H*N^2*D, halved when
 causal; forward+backward = 3.5x forward (2.5x for the backward's five matmuls, not counting the
-pre-pass's two extra, nor recomputation). Times are medians of triton.testing.do_bench.
+pre-pass's two extra, nor recomputation). Times are triton.testing.do_bench means.
 """
 import argparse
 import importlib.util
