@@ -157,19 +157,30 @@ def _quantize_kernel(X, sxb, sxh, sxn, sxd, X8, X8T, SX, Y, syb, syh, syn, syd, 
 # (the 256 = 2^8 lifts small probabilities out of e4m3's subnormals; it cancels in acc / l)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _qk_tile(q, K8, start_n, offs_m, N, D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+             MASK: tl.constexpr):
+    """The raw FP8 dot Q^ K^T^ for one key tile, -inf where masked. The forward and the dQ kernel
+    both form S through here, so they compute it identically."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
+    qk = tl.dot(q, kT)
+    if MASK:
+        keep = offs_n[None, :] < N
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        qk = tl.where(keep, qk, float("-inf"))
+    return qk
+
+
+@triton.jit
 def _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
                D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
     offs_d = tl.arange(0, D)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                 # (D, BLOCK_N)
+        qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)      # (BLOCK_M, BLOCK_N)
         f = qs * tl.load(SK + start_n)                                           # (BLOCK_M,)
-        qk = tl.dot(q, kT)                                                       # (BLOCK_M, BLOCK_N)
-        if MASK:
-            keep = offs_n[None, :] < N
-            if CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None])
-            qk = tl.where(keep, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1) * f)      # f > 0, so max(qk) * f = max(qk * f)
         p = tl.math.exp2(qk * f[:, None] - (m_new - 8.0)[:, None])               # one FMA, then exp2
         alpha = tl.math.exp2(m_i - m_new)
@@ -246,14 +257,8 @@ def _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N,
     """P, the raw dot dO^ V^T^ and its row scale c (dP = raw * c), and K's tile scale."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
+    qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
     sk = tl.load(SK + start_n)
-    qk = tl.dot(q, kT)
-    if MASK:
-        keep = offs_n[None, :] < N
-        if CAUSAL:
-            keep = keep & (offs_n[None, :] <= offs_m[:, None])
-        qk = tl.where(keep, qk, float("-inf"))
     p = tl.math.exp2(qk * (qs * sk)[:, None] - lse[:, None])
     vT = tl.load(V8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
     dp_raw = tl.dot(do, vT)
