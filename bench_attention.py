@@ -54,9 +54,14 @@ def rel_err(x, ref):
     return ((x.float() - ref).norm() / ref.norm()).item()
 
 
-def bench_shape(B, H, N, D, causal, with_errors=True):
+def inputs(B, H, N, D):
+    """q, k, v and the upstream gradient do: N(0, 1) in bf16, the same for every method and revision."""
     torch.manual_seed(0)
-    q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    return [torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+
+
+def bench_shape(B, H, N, D, causal, with_errors=True):
+    q, k, v, do = inputs(B, H, N, D)
     fwd_flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
     row = {"shape": f"{B}x{H}x{N}x{D}", "causal": causal}
     ref = None
@@ -84,7 +89,7 @@ def bench_shape(B, H, N, D, causal, with_errors=True):
             peak = torch.cuda.max_memory_allocated() - base
             t_all = triton.testing.do_bench(fwd_bwd, warmup=50, rep=300, grad_to_none=[qg, kg, vg])
         except RuntimeError as e:       # e.g. a backend that does not take this shape
-            print(f"  {name}: {str(e).splitlines()[0]}", file=sys.stderr)
+            print(f"  {name}: {first_line(e)}", file=sys.stderr)
             continue
         r = {"fwd_ms": t_fwd, "fwd_tflops": fwd_flops / t_fwd * 1e-9,
              "fwdbwd_ms": t_all, "fwdbwd_tflops": 3.5 * fwd_flops / t_all * 1e-9, "peak_mib": peak / 2**20}
@@ -169,8 +174,7 @@ def sweep():
     fwd = dq = dkdv = launch
     for D in (64, 128):
         B, H, N = 2, 16, 8192
-        torch.manual_seed(0)
-        q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        q, k, v, do = inputs(B, H, N, D)
         flops = 4 * B * H * N * N * D * 0.5
         for kernel, cands in (("fwd", fwd), ("dq", dq), ("dkdv", dkdv)):
             best_t, best = float("inf"), A.CONFIGS[D][kernel]
@@ -231,8 +235,7 @@ def compare(files, shapes, causal):
     rows = []
     for s in shapes:
         B, H, N, D = map(int, s.split("x"))
-        torch.manual_seed(0)
-        q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        q, k, v, do = inputs(B, H, N, D)
         fwd_flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
         first = None
         for label, f in fns:
@@ -266,8 +269,7 @@ def profile(shapes, causal, iters=5):
     per iteration: the difference is what kernel launches and the CPU side (autograd, glue) add."""
     for s in shapes:
         B, H, N, D = map(int, s.split("x"))
-        torch.manual_seed(0)
-        q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        q, k, v, do = inputs(B, H, N, D)
         q, k, v = (x.requires_grad_() for x in (q, k, v))
         for delta in ("matched", "stale"):
             def fwd_bwd():
