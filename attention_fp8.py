@@ -84,13 +84,14 @@ PAD = 128           # token buffers are padded to a multiple of the largest tile
 HEAD_DIMS = (64, 128)
 
 # Tiles and launch settings per head dim, read at every call (the benchmark sweeps them).
-# Every scale covers one tile of rows, and a kernel's tile must be that tile wherever the scale
-# should come out of a dot as one number (see the docstring). So there are two tiles:
-#   the key tile   = fwd BLOCK_N = dq BLOCK_N = dkdv BLOCK_N   (K, K^T, V, V^T scales)
-#   the query tile = fwd BLOCK_M = dkdv BLOCK_M                (Q, Q^T, dO, dO^T scales)
-# and the dQ kernel's BLOCK_M is a multiple of the query tile (it reads per-row scales there).
-# The forward quantizes Q in the kernel with the query tile; the backward quantizes Q with the same
-# tile, so both see the same Q^ and K^ and compute the same S.
+# Every scale covers one tile of rows, and a kernel's block must lie inside one scale tile wherever
+# the scale should come out of a dot as one number (see the docstring). There are two scale tiles:
+#   the query tile (Q, Q^T, dO, dO^T) = fwd BLOCK_M: the forward quantizes Q in the kernel, and the
+#       backward quantizes Q with the same tile, so both see the same Q^ and K^ and compute the same S;
+#       the dK/dV kernel's BLOCK_M must divide it (its Q^T and dO^T scales are one number per block);
+#   the key tile (K, K^T, V, V^T) = the largest BLOCK_N of the three kernels; every BLOCK_N divides it
+#       (block sizes are powers of two).
+# The dQ kernel reads per-row scales of Q and dO, so its BLOCK_M is free.
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
          "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
@@ -104,11 +105,12 @@ CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192
 def tiles(D):
     """Rows per scale of Q, K, V and dO for head dim D (see CONFIGS), after checking CONFIGS[D]."""
     fwd, dq, dkdv = (CONFIGS[D][k] for k in ("fwd", "dq", "dkdv"))
-    q_tile, k_tile = fwd["BLOCK_M"], fwd["BLOCK_N"]
-    if not (dq["BLOCK_N"] == dkdv["BLOCK_N"] == k_tile and dkdv["BLOCK_M"] == q_tile
-            and dq["BLOCK_M"] % q_tile == 0 and max(q_tile, k_tile, dq["BLOCK_M"]) <= PAD):
-        raise ValueError(f"CONFIGS[{D}] = {CONFIGS[D]}: the key tile (fwd/dq/dkdv BLOCK_N) and the query tile "
-                         f"(fwd/dkdv BLOCK_M, dividing dq BLOCK_M) must agree across kernels and be <= {PAD}")
+    blocks = [c[b] for c in (fwd, dq, dkdv) for b in ("BLOCK_M", "BLOCK_N")]
+    q_tile = fwd["BLOCK_M"]
+    k_tile = max(fwd["BLOCK_N"], dq["BLOCK_N"], dkdv["BLOCK_N"])
+    if not (all(16 <= b <= PAD and b & (b - 1) == 0 for b in blocks) and q_tile % dkdv["BLOCK_M"] == 0):
+        raise ValueError(f"CONFIGS[{D}] = {CONFIGS[D]}: block sizes must be powers of two in [16, {PAD}], and the "
+                         f"dK/dV kernel's BLOCK_M must divide the query tile (the forward's BLOCK_M)")
     return {"q": q_tile, "k": k_tile, "v": k_tile, "do": q_tile}
 
 

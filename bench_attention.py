@@ -15,6 +15,9 @@ causal; forward+backward = 3.5x forward (2.5x for the backward's five matmuls, n
 pre-pass's two extra, nor recomputation). Times are triton.testing.do_bench means.
 """
 import argparse
+import cProfile
+import io
+import pstats
 import importlib.util
 import json
 import os
@@ -165,30 +168,58 @@ def main():
             json.dump(rows, f, indent=1)
 
 
+SWEEP = {   # (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel; dkdv's BLOCK_M is its query block
+    "fwd": [(64, 128, 4, 3), (64, 128, 4, 4), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
+            (128, 128, 8, 2)],
+    "dq": [(128, 128, 8, 3), (128, 64, 8, 3), (64, 128, 4, 3), (64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 8, 3),
+           (128, 32, 8, 3)],
+    "dkdv": [(64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 64, 8, 3), (32, 64, 4, 3),
+             (128, 128, 8, 3), (16, 128, 4, 3)],
+}
+
+
+def compiled_stats(kernel):
+    """Registers per thread, spilled registers and shared memory of each compiled variant of a Triton kernel."""
+    out = []
+    for cache, *_ in kernel.device_caches.values():
+        for ck in cache.values():
+            out.append(f"{ck.n_regs} regs, {ck.n_spills} spills, {ck.metadata.shared // 1024} KiB smem")
+    return out
+
+
 def sweep():
-    """Time candidate tilings per kernel on one large causal shape per head dim; keep the fastest.
-    (test_attention.py::test_other_tilings checks that such tilings compute the same function.)"""
-    # Tiles are shared across kernels (attention_fp8.tiles), so the sweep varies warps and stages.
-    launch = [dict(num_warps=4, num_stages=2), dict(num_warps=4, num_stages=3),
-              dict(num_warps=8, num_stages=2), dict(num_warps=8, num_stages=3)]
-    fwd = dq = dkdv = launch
+    """Time candidate tilings per kernel (SWEEP) on one large causal shape per head dim, in the order
+    fwd, dq, dkdv, keeping the fastest of each; tilings that attention_fp8.tiles refuses are skipped.
+    (test_attention.py::test_other_tilings checks that other tilings compute the same function.)"""
+    kernels = {"fwd": A._fwd_kernel, "dq": A._bwd_dq_kernel, "dkdv": A._bwd_dkdv_kernel}
     for D in (64, 128):
         B, H, N = 2, 16, 8192
         q, k, v, do = inputs(B, H, N, D)
         flops = 4 * B * H * N * N * D * 0.5
-        for kernel, cands in (("fwd", fwd), ("dq", dq), ("dkdv", dkdv)):
+        for kernel, cands in SWEEP.items():
             best_t, best = float("inf"), A.CONFIGS[D][kernel]
-            for launch_cfg in cands:
-                cfg = {**best, **launch_cfg}
+            for bm, bn, w, st in cands:
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
                 A.CONFIGS[D][kernel] = cfg
-                o, lse = A._forward(q, k, v, True, D ** -0.5)
-                if kernel == "fwd":
-                    fn, count = (lambda: A._forward(q, k, v, True, D ** -0.5)), 1.0
-                else:
-                    fn, count = (lambda: A._backward(do, q, k, v, o, lse, True, D ** -0.5, "matched")), 2.5
-                t = triton.testing.do_bench(fn, warmup=25, rep=150)
+                try:
+                    A.tiles(D)
+                except ValueError:
+                    continue
+                for cache, *_ in kernels[kernel].device_caches.values():
+                    cache.clear()     # so compiled_stats below sees this tiling alone
+                try:
+                    o, lse = A._forward(q, k, v, True, D ** -0.5)
+                    if kernel == "fwd":
+                        fn, count = (lambda: A._forward(q, k, v, True, D ** -0.5)), 1.0
+                    else:
+                        fn, count = (lambda: A._backward(do, q, k, v, o, lse, True, D ** -0.5, "matched")), 2.5
+                    t = triton.testing.do_bench(fn, warmup=25, rep=150)
+                except Exception as e:   # e.g. out of shared memory for this tiling
+                    print(f"D={D} {kernel} {cfg}: {first_line(e)}", flush=True)
+                    continue
                 print(f"D={D} {kernel} {cfg}: {count * flops / t * 1e-9:.0f} TFLOP/s "
-                      f"({'forward' if kernel == 'fwd' else 'whole matched backward, 5-matmul count'})", flush=True)
+                      f"({'forward' if kernel == 'fwd' else 'whole matched backward, 5-matmul count'}) "
+                      f"[{'; '.join(compiled_stats(kernels[kernel]))}]", flush=True)
                 if t < best_t:
                     best_t, best = t, cfg
             A.CONFIGS[D][kernel] = best
@@ -299,6 +330,18 @@ def profile(shapes, causal, iters=5):
             print(f"{'':>16} {total:9.1f}  sum of kernel times\n"
                   f"wall: do_bench {wall:.1f} us (L2 flushed before each call), back-to-back {host:.1f} us -> "
                   f"not in kernels (launches, CPU side, gaps): {wall - total:.1f} / {host - total:.1f} us", flush=True)
+            # where the host time goes: Python functions by own time over 4 * iters calls
+            prof_host = cProfile.Profile()
+            prof_host.enable()
+            for _ in range(4 * iters):
+                fwd_bwd()
+            prof_host.disable()
+            torch.cuda.synchronize()
+            out = io.StringIO()
+            pstats.Stats(prof_host, stream=out).sort_stats("tottime").print_stats(12)
+            print(f"host side, {4 * iters} calls (cProfile, tottime first):\n" +
+                  "\n".join(line for line in out.getvalue().splitlines() if line.strip()
+                            and not line.lstrip().startswith(("Ordered", "List reduced"))), flush=True)
 
 
 if __name__ == "__main__":

@@ -305,27 +305,32 @@ def test_gpu_deterministic_and_cuda_graph_safe():
         assert torch.equal(a[name], b[name]), f"{name} differs between two identical runs (race?)"
 
 
-ALT_TILINGS = [   # (query tile, key tile) = (64, 128), (128, 64), (32, 64) with dQ rows = 4 query tiles
+ALT_TILINGS = [   # (query tile, key tile) = (64, 128), (128, 64), (32, 64), (64, 128)
     {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2),
      "dq": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2),
      "dkdv": dict(BLOCK_N=128, BLOCK_M=64, num_warps=4, num_stages=2)},
     {"fwd": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
      "dq": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
      "dkdv": dict(BLOCK_N=64, BLOCK_M=128, num_warps=8, num_stages=2)},
-    {"fwd": dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),
+    {"fwd": dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),      # dQ rows = 4 query tiles
      "dq": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
      "dkdv": dict(BLOCK_N=64, BLOCK_M=32, num_warps=4, num_stages=2)},
+    {"fwd": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2),      # blocks inside the scale tiles:
+     "dq": dict(BLOCK_M=32, BLOCK_N=64, num_warps=4, num_stages=2),       # two fwd/dq key blocks per key tile,
+     "dkdv": dict(BLOCK_N=128, BLOCK_M=32, num_warps=4, num_stages=2)},   # two dK/dV query blocks per query tile
 ]
 
 
 def test_inconsistent_tiling_is_refused(monkeypatch):
-    """Scales are per tile, so kernels must share the query and key tiles; a sweep that breaks
+    """Scales are per tile, so a kernel's block must lie inside one scale tile; a sweep that breaks
     this must get an error, not silently wrong scales."""
-    bad = {k: dict(v) for k, v in A.CONFIGS[64].items()}
-    bad["dq"]["BLOCK_N"] = bad["fwd"]["BLOCK_N"] // 2
-    monkeypatch.setitem(A.CONFIGS, 64, bad)
-    with pytest.raises(ValueError, match="key tile"):
-        A.tiles(64)
+    for kernel, block, value in (("dkdv", "BLOCK_M", 2 * A.CONFIGS[64]["fwd"]["BLOCK_M"]),   # spans 2 query tiles
+                                 ("dq", "BLOCK_N", 96)):                                      # not a power of two
+        bad = {k: dict(v) for k, v in A.CONFIGS[64].items()}
+        bad[kernel][block] = value
+        monkeypatch.setitem(A.CONFIGS, 64, bad)
+        with pytest.raises(ValueError, match="powers of two.*must divide the query tile"):
+            A.tiles(64)
 
 
 @pytest.mark.parametrize("tiling", range(len(ALT_TILINGS)))
