@@ -94,11 +94,11 @@ HEAD_DIMS = (64, 128)
 # The dQ kernel reads per-row scales of Q and dO, so its BLOCK_M is free.
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
-         "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
-         "dkdv": dict(BLOCK_N=128, BLOCK_M=64, num_warps=8, num_stages=3)},
+         "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+         "dkdv": dict(BLOCK_N=64, BLOCK_M=64, num_warps=4, num_stages=3)},
     128: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
           "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
-          "dkdv": dict(BLOCK_N=128, BLOCK_M=64, num_warps=8, num_stages=3)},
+          "dkdv": dict(BLOCK_N=128, BLOCK_M=32, num_warps=8, num_stages=3)},
 }
 
 
