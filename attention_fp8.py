@@ -66,8 +66,9 @@ All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for 
 The forward saves LSE (in base 2) and recomputes P in the backward: no N x N buffer anywhere.
 
 Layout of the code: quantize kernel -> forward kernel -> backward pre-pass + dQ kernel ->
-dK/dV kernel -> Python launchers -> torch.library custom op (so torch.compile sees through it)
--> `attention()`, the public entry point, which checks its inputs.
+dK/dV kernel -> Python launchers -> torch.library custom op (for torch.compile) and a plain
+autograd.Function (for eager mode, less host time) -> `attention()`, the public entry point,
+which checks its inputs.
 """
 
 import math
@@ -542,7 +543,8 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
 
 # ---------------------------------------------------------------------------------------------
 # torch.library custom op: torch.compile traces through the fake implementations, autograd
-# through register_autograd. The real implementations launch the Triton kernels above.
+# through register_autograd. The real implementations launch the Triton kernels above. Eager
+# mode goes through _Attention below instead (same launchers, less host time per call).
 # ---------------------------------------------------------------------------------------------
 @torch.library.custom_op("fp8_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
@@ -580,6 +582,25 @@ def _fwd_op_backward(ctx, do, dlse):
 
 
 _fwd_op.register_autograd(_fwd_op_backward, setup_context=_setup_context)
+
+
+class _Attention(torch.autograd.Function):
+    """The eager path: the same launchers as the custom op, without the custom-op dispatch. That
+    dispatch costs more host time than the kernels take at small shapes (measured on the H200 host:
+    a forward+backward of 1x1x128x64 took 0.96 ms through the custom op and 0.70 ms through this).
+    torch.compile takes the custom op, which it does not trace into."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale, delta):
+        o, lse = _forward(q, k, v, causal, sm_scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale, ctx.delta = causal, sm_scale, delta
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return (*_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta), None, None, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,5 +689,6 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     _check_inputs(q, k, v, delta)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(q.shape[-1])
-    o, _ = _fwd_op(q, k, v, bool(causal), float(sm_scale), delta)
-    return o
+    if torch.compiler.is_compiling():
+        return _fwd_op(q, k, v, bool(causal), float(sm_scale), delta)[0]
+    return _Attention.apply(q, k, v, bool(causal), float(sm_scale), delta)
