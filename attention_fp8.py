@@ -34,7 +34,7 @@ The seven FP8 matmuls, and where each operand's format and scale come from
 ------------------------------------------------------------------------------
     forward   S  = Q^ K^T^          Q, K: e4m3, one fp32 scale per 64 / 128 rows (per batch, head)
               O  = P~^ V^           P~ = exp(S - running max) in [0, 1], times 256, e4m3;
-                                    V: e4m3, one scale per 128 keys (the forward's key tile)
+                                    V: e4m3, one scale per 128 keys (the key tile)
     backward  S  = Q^ K^T^          recomputed from the same Q^, K^ as the forward: bit-identical
               dP = dO^ V^T^         dO: e4m3, one scale per 64 rows
               dV = P^T^ dO^         P = exp(S - LSE) times 256, e4m3
@@ -50,7 +50,7 @@ Why these choices:
   constant along the dot's reduction dimension factors out of the sum. Q, K, V, dO rows carry
   per-row scales (a row's scale is its 64-row tile's), which factor out of S and dP because those
   reduce over the head dimension. Where a dot reduces over tokens (P V, P^T dO, dS K, dS^T Q), the
-  token-tile of the stored operand equals the kernel's tile, so its scale is one number per dot.
+  kernel's block lies inside one token tile of the stored operand, so its scale is one number per dot.
 - P needs no dynamic scale: its values lie in [0, 1]. A static 256 lifts small probabilities out
   of e4m3's subnormal range (smallest normal 2^-6) so rows dominated by one key (an attention sink)
   keep their small entries; 256 * 1 = 256 < 448 never overflows.
@@ -228,7 +228,7 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
     # Key tiles that need no mask first, then the ones that do (the diagonal, or the last partial
     # tile). Every row has an unmasked key in the first tile it sees, so m_i is finite from then on.
     if CAUSAL:
-        n_free = (start_m // BLOCK_N) * BLOCK_N      # key tiles start at multiples of BLOCK_N
+        n_free = (start_m // BLOCK_N) * BLOCK_N      # key blocks start at multiples of BLOCK_N
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_free,
                                    N, N_pad, D, BLOCK_N, CAUSAL, False)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_free,
@@ -333,7 +333,7 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, DELTA, DQ,
 
     # Key tiles [0, n_free) need no mask; [n_free, n_end) do (causal diagonal or padding).
     if CAUSAL:
-        n_free = (start_m // BLOCK_N) * BLOCK_N      # key tiles start at multiples of BLOCK_N
+        n_free = (start_m // BLOCK_N) * BLOCK_N      # key blocks start at multiples of BLOCK_N
         n_end = tl.minimum(start_m + BLOCK_M, N_pad)
     else:
         n_free = (N // BLOCK_N) * BLOCK_N
@@ -375,7 +375,8 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, DELTA, DQ,
 # ---------------------------------------------------------------------------------------------
 # Backward, key-owned: dK and dV for a tile of keys j, over every query tile i (and, for
 # grouped-query attention, every query head that shares this KV head). Transposed orientation;
-# BLOCK_N is the key tile and BLOCK_M the query tile, so every scale below is one number:
+# BLOCK_N keys lie in one key tile and BLOCK_M queries in one query tile, so every scale below
+# is one number:
 #   256 P^T_ji = exp2(qk_ji * f - LSE2_i + 8)  (the products of the dQ kernel, times 256)
 #   dV_j += sum_i (256 P_ij)^ dO^_i * dO's tile scale / 256
 #   dP^T_ji = (V^_j . dO^_i) * c;   256 dS^T_ji = 256 P_ij (dP_ij - delta_i)
@@ -437,7 +438,7 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK
         vec = bh * N_pad           # offset of its per-row scales and delta
         if CAUSAL:
             # queries i < start_n see none of these keys; query tiles that overlap the diagonal band
-            # [start_n, start_n + BLOCK_N) need the mask (query tiles start at multiples of BLOCK_M)
+            # [start_n, start_n + BLOCK_N) need the mask (query blocks start at multiples of BLOCK_M)
             m_lo = (start_n // BLOCK_M) * BLOCK_M
             diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, m_end)
             dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
