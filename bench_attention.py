@@ -296,11 +296,31 @@ def compare(files, shapes, causal):
 
 def profile(shapes, causal, iters=5):
     """Per CUDA kernel, calls and mean GPU time per fp8 forward+backward, and the sum against the wall time
-    per iteration: the difference is what kernel launches and the CPU side (autograd, glue) add."""
+    per iteration: the difference is what kernel launches and the CPU side (autograd, glue) add. Also the
+    back-to-back time by entry path (eager autograd.Function, custom op, cuDNN) and a cProfile of the host."""
     for s in shapes:
         B, H, N, D = map(int, s.split("x"))
         q, k, v, do = inputs(B, H, N, D)
         q, k, v = (x.requires_grad_() for x in (q, k, v))
+        # Host time by entry path: back-to-back forward+backward, so each figure is the larger of the
+        # host time and the GPU time. Eager attention() goes through a plain autograd.Function; the
+        # custom op is what torch.compile calls.
+        paths = {"attention() in eager mode": lambda: A.attention(q, k, v, causal=causal),
+                 "the custom op fp8_attention::fwd": lambda: A._fwd_op(q, k, v, causal, D ** -0.5, "matched")[0],
+                 "cuDNN SDPA": lambda: METHODS["cudnn"](q, k, v, causal)}
+        print(f"\n{B}x{H}x{N}x{D} causal={'y' if causal else 'n'}, back-to-back forward+backward by entry path:")
+        for name, f in paths.items():
+            def step():
+                q.grad = k.grad = v.grad = None
+                f().backward(do)
+            for _ in range(10):
+                step()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(10 * iters):
+                step()
+            torch.cuda.synchronize()
+            print(f"  {name:>34}: {1e6 * (time.perf_counter() - t0) / (10 * iters):7.1f} us", flush=True)
         for delta in ("matched", "stale"):
             def fwd_bwd():
                 q.grad = k.grad = v.grad = None     # as do_bench's grad_to_none: no grad-accumulation kernels
@@ -338,7 +358,8 @@ def profile(shapes, causal, iters=5):
             torch.cuda.synchronize()
             out = io.StringIO()
             pstats.Stats(prof_host, stream=out).sort_stats("tottime").print_stats(12)
-            print(f"host side, {4 * iters} calls (cProfile, tottime first):\n" +
+            print(f"host side, {4 * iters} calls (cProfile, tottime first; it sees the main thread only, and the "
+                  f"backward runs in autograd's device thread):\n" +
                   "\n".join(line for line in out.getvalue().splitlines() if line.strip()
                             and not line.lstrip().startswith(("Ordered", "List reduced"))), flush=True)
 
