@@ -6,7 +6,7 @@ peak memory, and each method's error against an FP32 reference on the same input
 
     python bench_attention.py                      # causal, the shapes of DELTA_MATCHING.md section 5
     python bench_attention.py --shapes 4x16x4096x128 --no-causal
-    python bench_attention.py --sweep              # also try a few kernel tilings (tuning)
+    python bench_attention.py --sweep [dkdv ...]   # first try the tilings of SWEEP (all kernels, or these)
     python bench_attention.py --compare /tmp/old.py  # older revision (git show REV:attention_fp8.py) vs current
     python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
 
@@ -138,7 +138,8 @@ def main():
     p.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, help="BxHxNxD ...")
     p.add_argument("--no-causal", action="store_true")
     p.add_argument("--no-errors", action="store_true", help="skip the FP32 reference")
-    p.add_argument("--sweep", action="store_true", help="time a few tilings of the FP8 kernels first")
+    p.add_argument("--sweep", nargs="*", metavar="KERNEL", default=None, choices=list(SWEEP),
+                   help="time the tilings of SWEEP first (for these kernels, default all) and use the fastest")
     p.add_argument("--json", default=None, help="also write the rows to this file")
     only = p.add_mutually_exclusive_group()
     only.add_argument("--compare", nargs="+", metavar="FILE", help="instead of the table: time these copies of older "
@@ -155,8 +156,8 @@ def main():
     if args.compare:
         rows = compare(args.compare, args.shapes, not args.no_causal)
     else:
-        if args.sweep:
-            sweep()
+        if args.sweep is not None:
+            sweep(args.sweep or list(SWEEP))
         rows = []
         for s in args.shapes:
             B, H, N, D = map(int, s.split("x"))
@@ -172,8 +173,8 @@ SWEEP = {   # (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel; dkdv's BLOCK
     "fwd": [(64, 128, 4, 3), (64, 128, 4, 2), (128, 128, 8, 3), (64, 64, 4, 3), (64, 64, 4, 4), (32, 128, 4, 3)],
     "dq": [(128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 2), (64, 64, 4, 4),
            (32, 64, 4, 3), (64, 32, 4, 3), (32, 128, 4, 3), (64, 64, 8, 3)],
-    "dkdv": [(64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 8, 2), (32, 128, 8, 4), (16, 128, 8, 3), (64, 64, 4, 3),
-             (64, 64, 4, 2), (64, 64, 4, 4), (32, 64, 4, 3), (32, 64, 8, 3), (16, 64, 4, 3), (64, 32, 4, 3)],
+    "dkdv": [(64, 128, 8, 3), (32, 128, 8, 3), (64, 128, 8, 2), (64, 128, 4, 3), (32, 128, 4, 3), (64, 64, 4, 3),
+             (64, 64, 4, 2), (32, 64, 4, 3), (64, 64, 8, 3)],
 }
 
 
@@ -186,7 +187,7 @@ def compiled_stats(kernel):
     return out
 
 
-def sweep():
+def sweep(kernels):
     """Time candidate tilings per kernel (SWEEP) on one large causal shape per head dim, in the order
     fwd, dq, dkdv, keeping the fastest of each; tilings that attention_fp8.tiles refuses are skipped.
     (test_attention.py::test_other_tilings checks that other tilings compute the same function.)"""
@@ -196,6 +197,8 @@ def sweep():
         q, k, v, do = inputs(B, H, N, D)
         flops = 4 * B * H * N * N * D * 0.5
         for kernel, cands in SWEEP.items():
+            if kernel not in kernels:
+                continue
             best_t, best = float("inf"), A.CONFIGS[D][kernel]
             for bm, bn, w, st in cands:
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
