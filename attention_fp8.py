@@ -373,7 +373,7 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, DELTA, DQ,
 
 
 # ---------------------------------------------------------------------------------------------
-# Backward, key-owned: dK or dV for a tile of keys j, over every query tile i (and, for
+# Backward, key-owned: dK and dV for a tile of keys j, over every query tile i (and, for
 # grouped-query attention, every query head that shares this KV head). Transposed orientation;
 # BLOCK_N keys lie in one key tile and BLOCK_M queries in one query tile, so every scale below
 # is one number:
@@ -381,15 +381,11 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, DELTA, DQ,
 #   dV_j += sum_i (256 P_ij)^ dO^_i * dO's tile scale / 256
 #   dP^T_ji = (V^_j . dO^_i) * c;   256 dS^T_ji = 256 P_ij (dP_ij - delta_i)
 #   dK_j += tau sum_i (256 dS^T_ji)^ Q^_i * (row scale / 256) * Q's tile scale
-# dK and dV are computed by different programs of one launch (grid axis 2), each recomputing S:
-# one (BLOCK_N, D) fp32 accumulator per program instead of two leaves registers for the tiles,
-# where the two accumulators together made the compiler spill.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _dkdv_inner(acc, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA,
+def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA,
                 offs_n, lo, hi, N, N_pad,
-                D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
-                DV: tl.constexpr):
+                D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
     offs_d = tl.arange(0, D)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -400,27 +396,24 @@ def _dkdv_inner(acc, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA,
         if MASK:
             qkT = tl.where(offs_m[None, :] >= offs_n[:, None], qkT, float("-inf"))
         pT = tl.math.exp2(qkT * (sk_qk * sq) - (lse - 8.0)[None, :])             # 256 P^T
+        do = tl.load(DOT8 + offs_d[None, :] * N_pad + offs_m[:, None])           # (BLOCK_M, D), token-contiguous
         sdo = tl.load(SDO + start_m)
-        if DV:
-            do = tl.load(DOT8 + offs_d[None, :] * N_pad + offs_m[:, None])       # (BLOCK_M, D), token-contiguous
-            acc += tl.dot(pT.to(tl.float8e4nv), do) * (sdo / 256.0)
-        else:
-            doT = tl.load(DO8 + offs_m[None, :] * D + offs_d[:, None])           # (D, BLOCK_M)
-            delta = tl.load(DELTA + offs_m)
-            dsT = pT * (tl.dot(v, doT) * (sv * sdo) - delta[None, :])            # 256 dS^T
-            # one dynamic scale per key row: dK reduces over queries, so it factors out of the dot
-            amax = tl.maximum(tl.max(tl.abs(dsT), 1), 1e-30)
-            ds8 = (dsT * (448.0 / amax)[:, None]).to(tl.float8e4nv)
-            q = tl.load(QT8 + offs_d[None, :] * N_pad + offs_m[:, None])         # (BLOCK_M, D), token-contiguous
-            acc += tl.dot(ds8, q) * (amax * (sq / (448.0 * 256.0)))[:, None]
-    return acc
+        dv += tl.dot(pT.to(tl.float8e4nv), do) * (sdo / 256.0)
+        doT = tl.load(DO8 + offs_m[None, :] * D + offs_d[:, None])               # (D, BLOCK_M)
+        delta = tl.load(DELTA + offs_m)
+        dsT = pT * (tl.dot(v, doT) * (sv * sdo) - delta[None, :])                # 256 dS^T
+        # one dynamic scale per key row: dK reduces over queries, so it factors out of the dot
+        amax = tl.maximum(tl.max(tl.abs(dsT), 1), 1e-30)
+        ds8 = (dsT * (448.0 / amax)[:, None]).to(tl.float8e4nv)
+        q = tl.load(QT8 + offs_d[None, :] * N_pad + offs_m[:, None])             # (BLOCK_M, D), token-contiguous
+        dk += tl.dot(ds8, q) * (amax * (sq / (448.0 * 256.0)))[:, None]
+    return dk, dv
 
 
 @triton.jit
-def _dkdv_program(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, OUT, scale, qk_scale, N, N_pad, H, H_KV,
-                  stride_kb, stride_kh, stride_kn,
-                  D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
-                  DV: tl.constexpr):
+def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK, DV,
+                     sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
+                     D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
     pid_n = tl.program_id(0)      # causal: the first key tiles see the most queries and start first
     pid_bhk = tl.program_id(1)
     b = pid_bhk // H_KV
@@ -434,7 +427,8 @@ def _dkdv_program(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, OUT, 
     sk_qk = tl.load(SK + pid_bhk * N_pad + start_n) * qk_scale
     v = tl.load(V8 + pid_bhk * N_pad * D + offs_n[:, None] * D + offs_d[None, :])
     sv = tl.load(SV + pid_bhk * N_pad + start_n)
-    acc = tl.zeros([BLOCK_N, D], tl.float32)
+    dk = tl.zeros([BLOCK_N, D], tl.float32)
+    dv = tl.zeros([BLOCK_N, D], tl.float32)
     # Query rows past N have LSE = +inf (P = 0) and dO = 0: no mask needed for them. Key rows past N
     # are computed but never stored.
     m_end = tl.cdiv(N, BLOCK_M) * BLOCK_M
@@ -447,31 +441,20 @@ def _dkdv_program(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, OUT, 
             # [start_n, start_n + BLOCK_N) need the mask (query blocks start at multiples of BLOCK_M)
             m_lo = (start_n // BLOCK_M) * BLOCK_M
             diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, m_end)
-            acc = _dkdv_inner(acc, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
-                              DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, m_lo, diag_end, N, N_pad,
-                              D, BLOCK_M, CAUSAL, True, DV)
-            acc = _dkdv_inner(acc, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
-                              DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, diag_end, m_end, N, N_pad,
-                              D, BLOCK_M, CAUSAL, False, DV)
+            dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
+                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, m_lo, diag_end, N, N_pad,
+                                 D, BLOCK_M, CAUSAL, True)
+            dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
+                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, diag_end, m_end, N, N_pad,
+                                 D, BLOCK_M, CAUSAL, False)
         else:
-            acc = _dkdv_inner(acc, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
-                              DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, 0, m_end, N, N_pad,
-                              D, BLOCK_M, CAUSAL, False, DV)
+            dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
+                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, 0, m_end, N, N_pad,
+                                 D, BLOCK_M, CAUSAL, False)
+    key_ok = offs_n[:, None] < N
     out = b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
-    tl.store(OUT + out, (acc * scale).to(OUT.dtype.element_ty), mask=offs_n[:, None] < N)
-
-
-@triton.jit
-def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK, DV,
-                     sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
-                     D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    # Grid axis 2: 0 computes dK (three dots per tile, so it goes first), 1 computes dV (two).
-    if tl.program_id(2) == 0:
-        _dkdv_program(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK, sm_scale, qk_scale, N, N_pad,
-                      H, H_KV, stride_kb, stride_kh, stride_kn, D, BLOCK_N, BLOCK_M, CAUSAL, False)
-    else:
-        _dkdv_program(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DV, 1.0, qk_scale, N, N_pad,
-                      H, H_KV, stride_kb, stride_kh, stride_kn, D, BLOCK_N, BLOCK_M, CAUSAL, True)
+    tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -547,7 +530,7 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
         N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3],
         D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
     cfg = CONFIGS[D]["dkdv"]
-    _bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv, 2)](
+    _bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
         q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta_buf, dk, dv,
         sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3], D=D, CAUSAL=causal, **cfg)
     if not debug:

@@ -191,7 +191,7 @@ def sweep(kernels):
     """Time candidate tilings per kernel (SWEEP) on one large causal shape per head dim, in the order
     fwd, dq, dkdv, keeping the fastest of each; tilings that attention_fp8.tiles refuses are skipped.
     (test_attention.py::test_other_tilings checks that other tilings compute the same function.)"""
-    kernels = {"fwd": A._fwd_kernel, "dq": A._bwd_dq_kernel, "dkdv": A._bwd_dkdv_kernel}
+    jit_fns = {"fwd": A._fwd_kernel, "dq": A._bwd_dq_kernel, "dkdv": A._bwd_dkdv_kernel}
     for D in (64, 128):
         B, H, N = 2, 16, 8192
         q, k, v, do = inputs(B, H, N, D)
@@ -207,7 +207,7 @@ def sweep(kernels):
                     A.tiles(D)
                 except ValueError:
                     continue
-                for cache, *_ in kernels[kernel].device_caches.values():
+                for cache, *_ in jit_fns[kernel].device_caches.values():
                     cache.clear()     # so compiled_stats below sees this tiling alone
                 try:
                     o, lse = A._forward(q, k, v, True, D ** -0.5)
@@ -221,7 +221,7 @@ def sweep(kernels):
                     continue
                 print(f"D={D} {kernel} {cfg}: {count * flops / t * 1e-9:.0f} TFLOP/s "
                       f"({'forward' if kernel == 'fwd' else 'whole matched backward, 5-matmul count'}) "
-                      f"[{'; '.join(compiled_stats(kernels[kernel]))}]", flush=True)
+                      f"[{'; '.join(compiled_stats(jit_fns[kernel]))}]", flush=True)
                 if t < best_t:
                     best_t, best = t, cfg
             A.CONFIGS[D][kernel] = best
