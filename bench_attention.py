@@ -16,11 +16,11 @@ pre-pass's two extra, nor recomputation). Times are triton.testing.do_bench mean
 """
 import argparse
 import cProfile
-import io
-import pstats
 import importlib.util
+import io
 import json
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -297,6 +297,16 @@ def compare(files, shapes, causal):
     return rows
 
 
+def back_to_back_us(fn, n):
+    """Mean microseconds per call of fn over n calls issued back to back: the larger of host and GPU time."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return 1e6 * (time.perf_counter() - t0) / n
+
+
 def profile(shapes, causal, iters=5):
     """Per CUDA kernel, calls and mean GPU time per fp8 forward+backward, and the sum against the wall time
     per iteration: the difference is what kernel launches and the CPU side (autograd, glue) add. Also the
@@ -305,9 +315,8 @@ def profile(shapes, causal, iters=5):
         B, H, N, D = map(int, s.split("x"))
         q, k, v, do = inputs(B, H, N, D)
         q, k, v = (x.requires_grad_() for x in (q, k, v))
-        # Host time by entry path: back-to-back forward+backward, so each figure is the larger of the
-        # host time and the GPU time. Eager attention() goes through a plain autograd.Function; the
-        # custom op is what torch.compile calls.
+        # Host time by entry path (eager attention() goes through a plain autograd.Function; the
+        # custom op is what torch.compile calls), timed back to back.
         paths = {"attention() in eager mode": lambda: A.attention(q, k, v, causal=causal),
                  "the custom op fp8_attention::fwd": lambda: A._fwd_op(q, k, v, causal, D ** -0.5, "matched")[0],
                  "cuDNN SDPA": lambda: METHODS["cudnn"](q, k, v, causal)}
@@ -318,23 +327,13 @@ def profile(shapes, causal, iters=5):
                 f().backward(do)
             for _ in range(10):
                 step()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(10 * iters):
-                step()
-            torch.cuda.synchronize()
-            print(f"  {name:>34}: {1e6 * (time.perf_counter() - t0) / (10 * iters):7.1f} us", flush=True)
+            print(f"  {name:>34}: {back_to_back_us(step, 10 * iters):7.1f} us", flush=True)
         for delta in ("matched", "stale"):
             def fwd_bwd():
                 q.grad = k.grad = v.grad = None     # as do_bench's grad_to_none: no grad-accumulation kernels
                 A.attention(q, k, v, causal=causal, delta=delta).backward(do)
             wall = 1e3 * triton.testing.do_bench(fwd_bwd, warmup=25, rep=150)    # also compiles, outside the profile
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(4 * iters):
-                fwd_bwd()
-            torch.cuda.synchronize()
-            host = 1e6 * (time.perf_counter() - t0) / (4 * iters)
+            host = back_to_back_us(fwd_bwd, 4 * iters)
             with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(iters):
                     fwd_bwd()

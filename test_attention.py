@@ -337,8 +337,8 @@ def test_inconsistent_tiling_is_refused(monkeypatch):
 @pytest.mark.parametrize("causal", [True, False])
 def test_other_tilings(tiling, causal, monkeypatch):
     """The benchmark's sweep may pick other tiles (BLOCK_M < BLOCK_N, the reverse, several query
-    tiles per dQ program): they must compute the same function (causal band alignment, scale
-    tiles, padding)."""
+    tiles per dQ program, several blocks per scale tile): they must compute the same function
+    (causal band alignment, scale tiles, padding)."""
     B, H, H_kv, N, D = 1, 2, 1, 200, 64
     monkeypatch.setitem(A.CONFIGS, D, ALT_TILINGS[tiling])
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=23)
