@@ -73,6 +73,7 @@ which checks its inputs.
 
 import math
 import os
+from typing import Optional
 
 import torch
 import triton
@@ -302,7 +303,7 @@ def _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8,
 
 
 @triton.jit
-def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, DELTA, DQ, ROWSUM, sm_scale, qk_scale,
+def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, stride_lb, DELTA, DQ, ROWSUM, sm_scale, qk_scale,
                    N, N_pad, H, H_KV, stride_dob, stride_doh, stride_don, stride_dod, stride_ob, stride_oh, stride_on,
                    stride_dqb, stride_dqh, stride_dqn,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
@@ -324,7 +325,7 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, DELTA, DQ,
     do = tl.load(DO8 + pid_bh * N_pad * D + offs_m[:, None] * D + offs_d[None, :])
     sdo = tl.load(SDO + pid_bh * N_pad + offs_m)
     # Padding rows get LSE = +inf, hence P = 0: they contribute nothing anywhere.
-    lse = tl.load(LSE + pid_bh * N + offs_m, mask=row_ok, other=float("inf"))
+    lse = tl.load(LSE + b * stride_lb + h * N + offs_m, mask=row_ok, other=float("inf"))
     K8 += bh_kv * N_pad * D
     SK += bh_kv * N_pad
     KT8 += bh_kv * D * N_pad
@@ -411,7 +412,7 @@ def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK, DV,
+def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, stride_lb, DELTA, DK, DV,
                      sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                      D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
     pid_n = tl.program_id(0)      # causal: the first key tiles see the most queries and start first
@@ -433,7 +434,9 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK
     # are computed but never stored.
     m_end = tl.cdiv(N, BLOCK_M) * BLOCK_M
     for g in range(group):
-        bh = b * H + hk * group + g
+        h = hk * group + g
+        bh = b * H + h
+        lse_bh = LSE + b * stride_lb + h * N
         rows = bh * N_pad * D      # offset of this head's (N_pad, D) and (D, N_pad) FP8 buffers
         vec = bh * N_pad           # offset of its per-row scales and delta
         if CAUSAL:
@@ -442,14 +445,14 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, DELTA, DK
             m_lo = (start_n // BLOCK_M) * BLOCK_M
             diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, m_end)
             dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
-                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, m_lo, diag_end, N, N_pad,
+                                 DOT8 + rows, lse_bh, DELTA + vec, offs_n, m_lo, diag_end, N, N_pad,
                                  D, BLOCK_M, CAUSAL, True)
             dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
-                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, diag_end, m_end, N, N_pad,
+                                 DOT8 + rows, lse_bh, DELTA + vec, offs_n, diag_end, m_end, N, N_pad,
                                  D, BLOCK_M, CAUSAL, False)
         else:
             dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
-                                 DOT8 + rows, LSE + bh * N, DELTA + vec, offs_n, 0, m_end, N, N_pad,
+                                 DOT8 + rows, lse_bh, DELTA + vec, offs_n, 0, m_end, N, N_pad,
                                  D, BLOCK_M, CAUSAL, False)
     key_ok = offs_n[:, None] < N
     out = b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
@@ -508,8 +511,45 @@ def _forward(q, k, v, causal, sm_scale):
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
-    """Returns dq, dk, dv (and, with debug=True, a dict with delta and the per-row sums of dS)."""
+def _halves(B, H_kv, pieces):
+    """`pieces` (1 or 2) slices (batch, kv heads) that cover the problem; halves split the kv heads,
+    or the batch where there is one kv head."""
+    if pieces == 1 or B * H_kv == 1:
+        return [(slice(None), slice(None))]
+    if H_kv > 1:
+        return [(slice(None), slice(0, H_kv // 2)), (slice(None), slice(H_kv // 2, H_kv))]
+    return [(slice(0, B // 2), slice(None)), (slice(B // 2, B), slice(None))]
+
+
+def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=2):
+    """Returns dq, dk, dv (and, with debug=True, a dict with delta and the per-row sums of dS).
+
+    Heads are independent, so the backward runs on two halves of the kv heads (or of the batch),
+    one after the other: the FP8 copies it makes (Q, Q^T, dO, dO^T, K, K^T, V: 3.5 bytes per element
+    of q) exist for one half at a time, which puts peak memory below SDPA's, whose fp32 dQ
+    accumulator is 4 bytes per element. `pieces=1` does it in one go (bit-identical results).
+    `o` is only read by the stale delta and may be None for the matched one."""
+    B, H, N, D = q.shape
+    H_kv = k.shape[1]
+    group = H // H_kv
+    dq = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    dk = torch.empty((B, H_kv, N, D), device=q.device, dtype=k.dtype)
+    dv = torch.empty((B, H_kv, N, D), device=q.device, dtype=v.dtype)
+    if o is None:
+        assert delta == "matched", "the stale delta reads o"
+        o = do          # a placeholder the matched kernel never reads
+    if debug:
+        pieces = 1      # the debug sums below are per launch
+    for bs, hs in _halves(B, H_kv, pieces):
+        hq = slice(hs.start * group, hs.stop * group) if hs.start is not None else hs     # their query heads
+        info = _backward_piece(do[bs, hq], q[bs, hq], k[bs, hs], v[bs, hs], o[bs, hq], lse[bs, hq],
+                               dq[bs, hq], dk[bs, hs], dv[bs, hs], causal, sm_scale, delta, debug)
+    return (dq, dk, dv, info) if debug else (dq, dk, dv)
+
+
+def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, debug):
+    """The backward of some heads: q, do, o, lse and dq are views of the same heads of the full
+    tensors, k, v, dk, dv of their kv heads. Writes dq, dk, dv."""
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
@@ -520,26 +560,22 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False):
     matched = delta == "matched"
     delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
     rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
-    dq = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
-    dk = torch.empty((B, H_kv, N, D), device=q.device, dtype=k.dtype)
-    dv = torch.empty((B, H_kv, N, D), device=q.device, dtype=v.dtype)
     qk_scale = sm_scale * LOG2E
     cfg = CONFIGS[D]["dq"]
     _bwd_dq_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
-        q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, delta_buf, dq, rowsum, sm_scale, qk_scale,
+        q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, lse.stride(0), delta_buf, dq, rowsum, sm_scale, qk_scale,
         N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3],
         D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
     cfg = CONFIGS[D]["dkdv"]
     _bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
-        q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta_buf, dk, dv,
+        q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, lse.stride(0), delta_buf, dk, dv,
         sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3], D=D, CAUSAL=causal, **cfg)
     if not debug:
-        return dq, dk, dv
-    info = {"delta": delta_buf[:, :N].reshape(B, H, N),
+        return None
+    return {"delta": delta_buf[:, :N].reshape(B, H, N),
             "ds_rowsum": rowsum[:, :N, 0].reshape(B, H, N),
             "pdp_abs_rowsum": rowsum[:, :N, 1].reshape(B, H, N),
             "p_rowsum": rowsum[:, :N, 2].reshape(B, H, N)}
-    return dq, dk, dv, info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,7 +596,7 @@ def _(q, k, v, causal, sm_scale, delta):
 
 
 @torch.library.custom_op("fp8_attention::bwd", mutates_args=())
-def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: Optional[torch.Tensor],
             lse: torch.Tensor, causal: bool, sm_scale: float, delta: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 
@@ -573,7 +609,7 @@ def _(do, q, k, v, o, lse, causal, sm_scale, delta):
 def _setup_context(ctx, inputs, output):
     q, k, v, ctx.causal, ctx.sm_scale, ctx.delta = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.save_for_backward(q, k, v, o if ctx.delta == "stale" else None, lse)   # see _Attention.forward
 
 
 def _fwd_op_backward(ctx, do, dlse):
@@ -594,7 +630,9 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, delta):
         o, lse = _forward(q, k, v, causal, sm_scale)
-        ctx.save_for_backward(q, k, v, o, lse)
+        # Only the stale delta reads o. Not keeping it lets the caller free it (a GPT block copies
+        # it into (B, N, C) at once), one activation fewer per layer until the backward.
+        ctx.save_for_backward(q, k, v, o if delta == "stale" else None, lse)
         ctx.causal, ctx.sm_scale, ctx.delta = causal, sm_scale, delta
         return o
 

@@ -305,6 +305,34 @@ def test_gpu_deterministic_and_cuda_graph_safe():
         assert torch.equal(a[name], b[name]), f"{name} differs between two identical runs (race?)"
 
 
+@pytest.mark.parametrize("B,H,H_kv,causal", [(2, 4, 2, True), (2, 2, 1, False)], ids=["kv-head-halves", "batch-halves"])
+def test_backward_in_halves_is_bit_identical(B, H, H_kv, causal):
+    """The backward runs on two halves of the kv heads (or of the batch, with one kv head) to keep
+    its FP8 copies small. Heads are independent, so the halves must give exactly what one pass gives:
+    a wrong head offset, query-head group or LSE stride would not."""
+    N, D = 100, 64
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=31)
+    sm_scale = 1.0 / math.sqrt(D)
+    o, lse = A._forward(q, k, v, causal, sm_scale)
+    for arm, o_saved in (("matched", None), ("stale", o)):
+        whole = A._backward(do, q, k, v, o_saved, lse, causal, sm_scale, arm, pieces=1)
+        halves = A._backward(do, q, k, v, o_saved, lse, causal, sm_scale, arm, pieces=2)
+        for name, x, y in zip(("dq", "dk", "dv"), whole, halves):
+            assert torch.equal(x, y), f"{arm}: {name} from two halves differs from one pass"
+
+
+def test_matched_backward_does_not_keep_the_output():
+    """Only the stale delta reads O; the matched arm must not hold it until the backward."""
+    q, k, v, do = make_inputs(1, 2, 2, 16, 64, seed=37)
+    for arm, kept in (("matched", False), ("stale", True)):
+        qg = q.detach().clone().requires_grad_()
+        o = attention(qg, k, v, delta=arm)
+        saved = [t for t in o.grad_fn.saved_tensors if t is not None]
+        assert any(t.data_ptr() == o.data_ptr() for t in saved) == kept, f"{arm}: O kept = {not kept}"
+        o.backward(do)
+        assert torch.isfinite(qg.grad).all()
+
+
 ALT_TILINGS = [   # (query tile, key tile) = (64, 128), (128, 64), (32, 64), (64, 128)
     {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2),
      "dq": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2),
