@@ -511,9 +511,22 @@ def _forward(q, k, v, causal, sm_scale):
     return o, lse
 
 
-def _halves(B, H_kv, pieces):
-    """`pieces` (1 or 2) slices (batch, kv heads) that cover the problem; halves split the kv heads,
-    or the batch where there is one kv head."""
+# The backward's FP8 copies (Q, Q^T, dO, dO^T, K, K^T, V: 7 bytes per element of q when H_kv = H)
+# are made for half of the heads at a time once they would exceed this. Heads are independent, so
+# the results are bit-identical. The halves bring peak memory under SDPA's (whose fp32 dQ
+# accumulator takes 4 bytes per element), at a cost measured on the H200: each backward kernel
+# runs 6-7% longer in two launches than in one (each launch ends on its own causal tail), and
+# small problems, bound by host time, pay for the extra launches. So only big problems split.
+SPLIT_BYTES = 128 * 2**20
+
+
+def _halves(q, k, pieces):
+    """Slices (batch, kv heads) that cover the problem: two halves of the kv heads (of the batch
+    if there is one kv head) when `pieces` is 2, or None and the copies exceed SPLIT_BYTES."""
+    B, H, N, D = q.shape
+    H_kv = k.shape[1]
+    if pieces is None:
+        pieces = 2 if (2 * H + 3 * H_kv) * B * _padded(N) * D > SPLIT_BYTES else 1
     if pieces == 1 or B * H_kv == 1:
         return [(slice(None), slice(None))]
     if H_kv > 1:
@@ -521,13 +534,9 @@ def _halves(B, H_kv, pieces):
     return [(slice(0, B // 2), slice(None)), (slice(B // 2, B), slice(None))]
 
 
-def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=2):
+def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=None):
     """Returns dq, dk, dv (and, with debug=True, a dict with delta and the per-row sums of dS).
-
-    Heads are independent, so the backward runs on two halves of the kv heads (or of the batch),
-    one after the other: the FP8 copies it makes (Q, Q^T, dO, dO^T, K, K^T, V: 3.5 bytes per element
-    of q) exist for one half at a time, which puts peak memory below SDPA's, whose fp32 dQ
-    accumulator is 4 bytes per element. `pieces=1` does it in one go (bit-identical results).
+    Runs in one pass or in two halves of the heads (see SPLIT_BYTES; `pieces` = 1 or 2 forces it).
     `o` is only read by the stale delta and may be None for the matched one."""
     B, H, N, D = q.shape
     H_kv = k.shape[1]
@@ -540,7 +549,7 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         o = do          # a placeholder the matched kernel never reads
     if debug:
         pieces = 1      # the debug sums below are per launch
-    for bs, hs in _halves(B, H_kv, pieces):
+    for bs, hs in _halves(q, k, pieces):
         hq = slice(hs.start * group, hs.stop * group) if hs.start is not None else hs     # their query heads
         info = _backward_piece(do[bs, hq], q[bs, hq], k[bs, hs], v[bs, hs], o[bs, hq], lse[bs, hq],
                                dq[bs, hq], dk[bs, hs], dv[bs, hs], causal, sm_scale, delta, debug)
