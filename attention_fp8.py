@@ -522,13 +522,13 @@ SPLIT_BYTES = 128 * 2**20
 
 def _halves(q, k, pieces):
     """Slices (batch, kv heads) that cover the problem: two halves of the kv heads (of the batch
-    if there is one kv head) when `pieces` is 2, or None and the copies exceed SPLIT_BYTES."""
+    if there is one kv head) when `pieces` is 2, or None and the copies exceed SPLIT_BYTES; else []."""
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     if pieces is None:
         pieces = 2 if (2 * H + 3 * H_kv) * B * _padded(N) * D > SPLIT_BYTES else 1
     if pieces == 1 or B * H_kv == 1:
-        return [(slice(None), slice(None))]
+        return []           # one pass, on the tensors themselves
     if H_kv > 1:
         return [(slice(None), slice(0, H_kv // 2)), (slice(None), slice(H_kv // 2, H_kv))]
     return [(slice(0, B // 2), slice(None)), (slice(B // 2, B), slice(None))]
@@ -549,7 +549,10 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         o = do          # a placeholder the matched kernel never reads
     if debug:
         pieces = 1      # the debug sums below are per launch
-    for bs, hs in _halves(q, k, pieces):
+    halves = _halves(q, k, pieces)
+    if not halves:
+        info = _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, debug)
+    for bs, hs in halves:
         hq = slice(hs.start * group, hs.stop * group) if hs.start is not None else hs     # their query heads
         info = _backward_piece(do[bs, hq], q[bs, hq], k[bs, hs], v[bs, hs], o[bs, hq], lse[bs, hq],
                                dq[bs, hq], dk[bs, hs], dv[bs, hs], causal, sm_scale, delta, debug)
