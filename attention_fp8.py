@@ -517,12 +517,14 @@ def _forward(q, k, v, causal, sm_scale):
 # accumulator takes 4 bytes per element), at a cost measured on the H200: each backward kernel
 # runs 6-7% longer in two launches than in one (each launch ends on its own causal tail), and
 # small problems, bound by host time, pay for the extra launches. So only big problems split.
+# Set it to float("inf") for one pass always (the fastest), or 0 for halves always (the leanest).
 SPLIT_BYTES = 128 * 2**20
 
 
 def _halves(q, k, pieces):
-    """Slices (batch, kv heads) that cover the problem: two halves of the kv heads (of the batch
-    if there is one kv head) when `pieces` is 2, or None and the copies exceed SPLIT_BYTES; else []."""
+    """The pieces the backward runs in: [] for one pass over the tensors themselves, or two
+    (batch, kv heads) slices, halves of the kv heads (of the batch if there is one kv head).
+    `pieces` is 1, 2, or None to decide by SPLIT_BYTES."""
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     if pieces is None:
