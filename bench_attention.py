@@ -9,6 +9,7 @@ peak memory, and each method's error against an FP32 reference on the same input
     python bench_attention.py --sweep [dkdv ...]   # first try the tilings of SWEEP (all kernels, or these)
     python bench_attention.py --compare /tmp/old.py  # older revision (git show REV:attention_fp8.py) vs current
     python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
+    python bench_attention.py --graphs             # forward+backward replayed from CUDA graphs: no host time
 
 FLOPs are counted as the Triton tutorial and FlashAttention do: forward = 4*B*H*N^2*D, halved when
 causal; forward+backward = 3.5x forward (2.5x for the backward's five matmuls, not counting the
@@ -146,6 +147,8 @@ def main():
                       "attention_fp8.py revisions against the current one (and cuDNN) on the same inputs")
     only.add_argument("--profile", action="store_true", help="instead of the table: per-kernel GPU time of fp8 "
                       "forward+backward (matched, stale) against its wall time")
+    only.add_argument("--graphs", action="store_true", help="instead of the table: forward+backward of every method "
+                      "in eager mode and replayed from a CUDA graph (which takes the host's share away)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_attention.py needs a CUDA GPU")
@@ -153,6 +156,8 @@ def main():
           f"cuDNN {torch.backends.cudnn.version()}")
     if args.profile:
         return profile(args.shapes, not args.no_causal)
+    if args.graphs:
+        return graphed(args.shapes, not args.no_causal)
     if args.compare:
         rows = compare(args.compare, args.shapes, not args.no_causal)
     else:
@@ -305,6 +310,40 @@ def back_to_back_us(fn, n):
         fn()
     torch.cuda.synchronize()
     return 1e6 * (time.perf_counter() - t0) / n
+
+
+def graphed(shapes, causal):
+    """Forward+backward of each method, eager and replayed from a CUDA graph captured once. A replay
+    launches the recorded kernels with no Python, autograd or launch overhead, so small shapes, which
+    are bound by host time in eager mode, show their GPU time; every method gets the same treatment."""
+    print(f"\n{'method':>12} {'shape':>16} {'c':>1} | {'eager ms':>8} {'TFLOP/s':>7} | {'graph ms':>8} {'TFLOP/s':>7}")
+    for s in shapes:
+        B, H, N, D = map(int, s.split("x"))
+        q, k, v, do = inputs(B, H, N, D)
+        fwd_bwd_flops = 3.5 * 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+        for name, f in METHODS.items():
+            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+
+            def step():
+                f(qg, kg, vg, causal).backward(do)
+            try:
+                t_eager = triton.testing.do_bench(step, warmup=25, rep=150, grad_to_none=[qg, kg, vg])
+                side = torch.cuda.Stream()      # capture needs its warm-up on a side stream
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        step()
+                torch.cuda.current_stream().wait_stream(side)
+                qg.grad = kg.grad = vg.grad = None      # allocated by the graph, rewritten by each replay
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    step()
+                t_graph = triton.testing.do_bench(graph.replay, warmup=25, rep=150)
+            except RuntimeError as e:
+                print(f"  {name} {s}: {first_line(e)}", file=sys.stderr)
+                continue
+            print(f"{name:>12} {s:>16} {'y' if causal else 'n':>1} | {t_eager:8.3f} {fwd_bwd_flops / t_eager * 1e-9:7.0f} | "
+                  f"{t_graph:8.3f} {fwd_bwd_flops / t_graph * 1e-9:7.0f}", flush=True)
 
 
 def profile(shapes, causal, iters=5):
