@@ -528,7 +528,7 @@ def _halves(q, k, pieces):
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     if pieces is None:
-        pieces = 2 if (2 * H + 3 * H_kv) * B * _padded(N) * D > SPLIT_BYTES else 1
+        pieces = 2 if (4 * H + 3 * H_kv) * B * _padded(N) * D > SPLIT_BYTES else 1   # bytes of copies
     if pieces == 1 or B * H_kv == 1:
         return []           # one pass, on the tensors themselves
     if H_kv > 1:
