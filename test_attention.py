@@ -10,6 +10,8 @@ about 1.5x the measured error, so a wrong scale, mask or index fails them.
 """
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -215,6 +217,18 @@ def test_large_inputs_stay_finite():
     # original inputs; against the kernel's own dequantized inputs the output must still hold.
     deq = dequantized_reference(q, k, v, do, True, 1.0 / math.sqrt(D))
     assert rel_err(out["o"], deq["o"]) < TOL_DEQ["o"], describe(out["o"], deq["o"])
+
+
+def test_kernels_compile_for_hopper():
+    """The interpreter runs code that Triton's compiler may refuse. Compile every kernel for sm_90a
+    too, which needs no GPU (kernel_registers.py; Triton ships the ptxas it calls)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, os.path.join(root, "kernel_registers.py")], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    rows = [line.split() for line in run.stdout.splitlines() if line.split()[:1] in (["64"], ["128"])]
+    assert [(r[0], r[1]) for r in rows] == [(d, k) for d in ("64", "128") for k in ("fwd", "dq", "dkdv")], run.stdout
 
 
 def test_fp16_and_explicit_scale():

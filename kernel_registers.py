@@ -1,0 +1,95 @@
+"""Registers and spills of the attention kernels as ptxas builds them for Hopper (sm_90a), on any
+machine: no GPU needed. Triton compiles each kernel to PTX for the target, and the ptxas that ships
+with Triton reports its registers per thread and the bytes it spills. The backward is register-bound
+(README, "Speed"), so this is the first thing to look at after changing a kernel.
+
+    python kernel_registers.py                   # attention_fp8.py, head dims 64 and 128
+    python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)
+
+Integer arguments are compiled as the launcher specializes them at the benchmark shapes (divisible
+by 16), so the numbers match what `bench_attention.py --sweep` reads back on the H200.
+"""
+import argparse
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+FP8_POINTERS = {"Q8", "QT8", "K8", "KT8", "V8", "VT8", "DO8", "DOT8", "X8", "X8T", "Y8", "Y8T"}
+ACT_POINTERS = {"Q", "O", "DO", "DQ", "DK", "DV", "X", "Y"}      # bf16 activations and gradients
+FLOAT_SCALARS = {"sm_scale", "qk_scale"}
+INTS = {"N", "H", "H_KV"}         # capitals that are not pointers
+UNSPECIALIZED = {"H", "H_KV"}     # head counts: small numbers, not divisible by 16
+
+
+def arg_type(name):
+    """Triton signature type of a kernel argument, from the naming convention of attention_fp8."""
+    if name in FP8_POINTERS:
+        return "*fp8e4nv"
+    if name in ACT_POINTERS:
+        return "*bf16"
+    if name.isupper() and name not in INTS:     # scales, LSE, delta, row sums
+        return "*fp32"
+    return "fp32" if name in FLOAT_SCALARS else "i32"
+
+
+def resources(fn, constexprs, num_warps, num_stages):
+    """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for sm_90a."""
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in constexprs else arg_type(n) for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if signature[n].startswith("*") or (signature[n] == "i32" and n not in UNSPECIALIZED)}
+    src = ASTSource(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps,
+                                                                                 num_stages=num_stages))
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "kernel.ptx")
+        with open(ptx, "w") as f:
+            f.write(kernel.asm["ptx"])
+        log = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", ptx, "-o", os.devnull],
+                             capture_output=True, text=True, check=True).stderr
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    spills = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+    return regs, spills, kernel.metadata.shared
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location("attention_fp8_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--file", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_fp8.py"))
+    p.add_argument("--head-dims", type=int, nargs="+", default=None)
+    args = p.parse_args()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        sys.exit("kernel_registers.py: unset TRITON_INTERPRET; the interpreter does not compile kernels")
+    A = load(args.file)
+    print(f"{args.file}: triton {triton.__version__}, target sm_90a, causal, matched delta")
+    print(f"{'D':>4} {'kernel':>9} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10}")
+    for D in args.head_dims or A.HEAD_DIMS:
+        A.tiles(D)      # refuses an inconsistent CONFIGS[D]
+        kernels = {"fwd": (A._fwd_kernel, dict(CAUSAL=True)),
+                   "dq": (A._bwd_dq_kernel, dict(CAUSAL=True, MATCHED=True, DEBUG=False)),
+                   "dkdv": (A._bwd_dkdv_kernel, dict(CAUSAL=True))}
+        for name, (fn, flags) in kernels.items():
+            cfg = dict(A.CONFIGS[D][name])
+            num_warps, num_stages = cfg.pop("num_warps"), cfg.pop("num_stages")
+            regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages)
+            tiling = " ".join(f"{k[6:]}={v}" for k, v in cfg.items()) + f" w{num_warps} s{num_stages}"
+            print(f"{D:>4} {name:>9} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
