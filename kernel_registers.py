@@ -7,7 +7,8 @@ with Triton reports its registers per thread and the bytes it spills. The backwa
     python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)
 
 Integer arguments are compiled as the launcher specializes them at the benchmark shapes (divisible
-by 16), so the numbers match what `bench_attention.py --sweep` reads back on the H200.
+by 16, head counts not), so the numbers come within a few registers and spilled bytes of what the
+H200 reads back after a real launch (results/registers_h200.txt).
 """
 import argparse
 import importlib.util
