@@ -21,6 +21,7 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 
 FP8_POINTERS = {"Q8", "QT8", "K8", "KT8", "V8", "VT8", "DO8", "DOT8", "X8", "X8T", "Y8", "Y8T"}
 ACT_POINTERS = {"Q", "O", "DO", "DQ", "DK", "DV", "X", "Y"}      # bf16 activations and gradients
@@ -40,13 +41,17 @@ def arg_type(name):
     return "fp32" if name in FLOAT_SCALARS else "i32"
 
 
-def resources(fn, constexprs, num_warps, num_stages):
-    """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for sm_90a."""
+def resources(fn, constexprs, num_warps, num_stages, descriptors=None):
+    """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for sm_90a.
+    descriptors: {argument name: (block shape, shared layout)} of a Gluon kernel's TMA descriptors."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else arg_type(n) for n in names}
+    for n, (block, layout) in (descriptors or {}).items():
+        signature[n] = f"tensordesc<fp8e4nv{list(block)},{layout!r}>"
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if signature[n].startswith("*") or (signature[n] == "i32" and n not in UNSPECIALIZED)}
-    src = ASTSource(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
+    source = GluonASTSource if descriptors else ASTSource
+    src = source(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps,
                                                                                  num_stages=num_stages))
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
@@ -61,8 +66,8 @@ def resources(fn, constexprs, num_warps, num_stages):
     return regs, spills, kernel.metadata.shared
 
 
-def load(path):
-    spec = importlib.util.spec_from_file_location("attention_fp8_under_test", path)
+def load(path, name="attention_fp8_under_test"):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -72,11 +77,17 @@ def load(path):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--file", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_fp8.py"))
+    p.add_argument("--hopper", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_fp8_hopper.py"),
+                   help="the Gluon forward's file ('' to leave it out)")
     p.add_argument("--head-dims", type=int, nargs="+", default=None)
     args = p.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_registers.py: unset TRITON_INTERPRET; the interpreter does not compile kernels")
     A = load(args.file)
+    H = None
+    if args.hopper:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args.hopper)))
+        H = load(args.hopper, "attention_fp8_hopper_under_test")
     print(f"{args.file}: triton {triton.__version__}, target sm_90a, causal, matched delta")
     print(f"{'D':>4} {'kernel':>9} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10}")
     for D in args.head_dims or A.HEAD_DIMS:
@@ -90,6 +101,13 @@ def main():
             regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages)
             tiling = " ".join(f"{k[6:]}={v}" for k, v in cfg.items()) + f" w{num_warps} s{num_stages}"
             print(f"{D:>4} {name:>9} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+        if H is not None:      # the Gluon forward for Hopper (attention_fp8_hopper.py)
+            cfg = dict(H.CONFIGS[D])
+            regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_M"] // 16,
+                                             1, H.descriptor_blocks(D, cfg["BLOCK_N"]))
+            tiling = " ".join(f"{k[6:] if k.startswith('BLOCK_') else k}={v}" for k, v in cfg.items())
+            tiling += f" w{cfg['BLOCK_M'] // 16}"
+            print(f"{D:>4} {'fwd-gluon':>9} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -251,7 +251,8 @@ def test_kernels_compile_for_hopper():
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     rows = [line.split() for line in run.stdout.splitlines() if line.split()[:1] in (["64"], ["128"])]
-    assert [(r[0], r[1]) for r in rows] == [(d, k) for d in ("64", "128") for k in ("fwd", "dq", "dkdv")], run.stdout
+    assert [(r[0], r[1]) for r in rows] == [(d, k) for d in ("64", "128") for k in ("fwd", "dq", "dkdv", "fwd-gluon")], \
+        run.stdout
 
 
 def test_fp16_and_explicit_scale():
@@ -331,6 +332,23 @@ def test_quantize_roundtrip_and_saturation():
     assert torch.allclose(tile.abs().amax((1, 2)), xf[:, :64].abs().amax((1, 2)), rtol=1e-6)
     big = xf[:, :64].abs() > xf[:, :64].abs().amax() * 2 ** -6   # normal range of the tile's e4m3
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
+
+
+@pytest.mark.skipif(not (ON_GPU and A._is_hopper(torch.device("cuda"))), reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("B,H,H_kv,N,D,causal", [(2, 4, 2, 1000, 64, True), (1, 2, 2, 129, 128, True),
+                                                 (2, 3, 1, 777, 128, False), (1, 4, 4, 4096, 128, True),
+                                                 (4, 2, 2, 77, 64, False), (1, 2, 2, 1, 64, True)])
+def test_gpu_hopper_forward_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
+    """The Gluon forward (attention_fp8_hopper.py, the default on Hopper) against the Triton forward
+    on the same FP8 copies: the same LSE up to fp32 rounding, and an O that differs by less than the
+    BF16 rounding of O itself. The rest of this file tests the Gluon forward through attention()."""
+    q, k, v, _ = make_inputs(B, H, H_kv, N, D, seed=51)
+    monkeypatch.setattr(A, "HOPPER_FORWARD", True)
+    o_gluon, lse_gluon = A._forward(q, k, v, causal, D ** -0.5)
+    monkeypatch.setattr(A, "HOPPER_FORWARD", False)
+    o_triton, lse_triton = A._forward(q, k, v, causal, D ** -0.5)
+    assert (lse_gluon - lse_triton).abs().max().item() < 1e-4, "LSE differs"
+    assert rel_err(o_gluon, o_triton) < 4e-3, f"O: {describe(o_gluon, o_triton)}"
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with FP8 tensor cores")

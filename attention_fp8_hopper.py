@@ -1,0 +1,209 @@
+"""
+The FP8 attention forward of attention_fp8.py, written in Gluon for Hopper (sm_90): same inputs,
+same FP8 operands and scales, same O and LSE up to fp32 rounding, so the backward runs unchanged.
+
+Why a second forward. Triton issues a tile's dots, exp2 and casts in program order, so the
+tensor cores idle while a warp does its softmax (README, "Speed"). Gluon exposes Hopper's
+asynchronous warpgroup MMA, TMA and mbarriers, which give the schedule FlashAttention-3 uses
+inside a warpgroup:
+
+    iteration j:  issue S_j = Q^ K_j^T          (async, tensor cores)
+                  issue O += P~_{j-1} V_{j-1}    (async, tensor cores)
+                  wait for S_j; softmax of S_j  (CUDA cores, while P V runs)
+                  wait for P V; refill the freed K/V slot with tile j-1+STAGES (TMA)
+
+The value of V's tile scale rides in the accumulator's units: acc holds O * l / sv_last, so
+    acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j V^_j
+is exact in real arithmetic (one fp32 multiply per row instead of a second accumulator), and
+O = acc * sv_last / l at the end.
+
+One warpgroup (4 warps) owns 64 query rows, so two programs share an SM and their softmaxes
+interleave with each other's dots without explicit ping-pong.
+
+Gluon has no interpreter: CPU CI compiles this kernel for sm_90a (test_attention.py) and the GPU
+tests compare it with the Triton forward.
+"""
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+
+@triton.constexpr_function
+def _q_layout(D, num_warps):
+    """Coalesced loads of a (BLOCK_M, D) BF16 tile: 16 bytes per thread along D."""
+    tpw_d = min(D // 8, 32)
+    return gl.BlockedLayout([1, 8], [32 // tpw_d, tpw_d], [num_warps, 1], [1, 0])
+
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, f, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                  MASK, s_cols: gl.constexpr):
+    """One tile of the online softmax, in base 2 (see attention_fp8._fwd_inner):
+    returns p~ = exp2(qk * f - m + 8) in fp32, and the new m, l and alpha."""
+    if MASK:
+        offs_n = start_n + gl.arange(0, BLOCK_N, layout=s_cols)
+        keep = offs_n[None, :] < N
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        s = gl.where(keep, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * f)
+    p = gl.exp2(s * f[:, None] - (m_new - 8.0)[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK, vt_desc, SVT, O, LSE, qk_scale,
+                       N, N_pad, H, H_KV, stride_ob, stride_oh, stride_on,
+                       D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                       STAGES: gl.constexpr):
+    # One warpgroup (4 warps) per 64 rows, i.e. per query tile, which has one scale.
+    gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M: one or two query tiles of 64 rows")
+    WARPS: gl.constexpr = BLOCK_M // 16
+    # wgmma layouts: S (BLOCK_M, BLOCK_N) and O (BLOCK_M, D); FP8 operands reduce 32 at a time.
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                       instr_shape=[16, BLOCK_N, 32])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                       instr_shape=[16, D, 32])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+    s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+    s_cols: gl.constexpr = gl.SliceLayout(0, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    q_layout: gl.constexpr = _q_layout(D, WARPS)
+
+    pid_m = gl.program_id(0)
+    if CAUSAL:      # longest rows first, as in attention_fp8
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    pid_bh = gl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    bh_kv = b * H_KV + h // (H // H_KV)
+    start_m = pid_m * BLOCK_M
+
+    # Q^, made exactly as attention_fp8._quantize_tile makes it, into shared memory for the dots.
+    offs_qm = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, q_layout))
+    offs_qd = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
+    q = gl.load(Q + b * stride_qb + h * stride_qh + offs_qm[:, None] * stride_qn + offs_qd[None, :] * stride_qd,
+                mask=(offs_qm < N)[:, None], other=0.0).to(gl.float32)
+    # one amax per 64-row query tile (two of them when BLOCK_M = 128)
+    row_amax = gl.max(gl.abs(q), 1)
+    first = offs_qm - start_m < 64
+    amax = gl.where(first, gl.max(gl.where(first, row_amax, 0.0), 0), gl.max(gl.where(first, 0.0, row_amax), 0))
+    amax = gl.maximum(amax, 1e-30)
+    q8 = (q * (448.0 / amax)[:, None]).to(gl.float8e4nv)
+    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, D],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, D], gl.float8e4nv), q8)
+    qs = gl.convert_layout((amax / 448.0) * qk_scale, s_rows)     # Q's row scale times tau * log2(e)
+    SK += bh_kv * N_pad
+    SVT += bh_kv * N_pad
+
+    # K^ and V^T tiles: a ring of STAGES slots, one mbarrier each, filled by TMA.
+    k_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BLOCK_N], vt_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    fence_async_shared()     # Q^ and the barriers, before the async proxy (TMA, wgmma) uses them
+    gl.thread_barrier()      # every warp's part of Q^ is written before any warp's wgmma reads it
+
+    if CAUSAL:
+        hi = gl.minimum(start_m + BLOCK_M, N)
+    else:
+        hi = N
+    n_tiles = gl.cdiv(hi, BLOCK_N)
+    mask_from = start_m + 1 - BLOCK_N if CAUSAL else N - BLOCK_N     # tiles starting after this need a mask
+    k_row = bh_kv * N_pad
+    v_row = bh_kv * D
+    tile_bytes: gl.constexpr = 2 * BLOCK_N * D
+    for t in gl.static_range(STAGES):
+        mbarrier.expect(ready.index(t), tile_bytes, pred=t < n_tiles)
+        tma.async_copy_global_to_shared(k_desc, [k_row + t * BLOCK_N, 0], ready.index(t), k_smem.index(t),
+                                        pred=t < n_tiles)
+        tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK_N], ready.index(t), v_smem.index(t),
+                                        pred=t < n_tiles)
+
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=s_rows)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+
+    # Tile 0: S, then its softmax (nothing to overlap with yet).
+    mbarrier.wait(ready.index(0), 0)
+    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+    f = qs * gl.load(SK)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, s_rows)
+    l_i = gl.zeros([BLOCK_M], gl.float32, s_rows)
+    p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, f, offs_m, 0, N, BLOCK_N, CAUSAL, 0 > mask_from, s_cols)
+    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    sv = gl.load(SVT)
+    c = gl.zeros([BLOCK_M], gl.float32, o_rows)      # acc is zero: any factor will do
+
+    for j in range(1, n_tiles):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
+        s_tok = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        acc = acc * c[:, None]
+        acc_tok = warpgroup_mma(p8, v_smem.index(prev).permute((1, 0)), acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=[s_tok])        # S_j is done; P V may still run
+        start_n = j * BLOCK_N
+        f = qs * gl.load(SK + start_n)
+        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, f, offs_m, start_n, N, BLOCK_N, CAUSAL,
+                                           start_n > mask_from, s_cols)
+        sv_j = gl.load(SVT + start_n)
+        c = gl.convert_layout(alpha * (sv / sv_j), o_rows)
+        sv = sv_j
+        acc = warpgroup_mma_wait(0, deps=[acc_tok])
+        p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+        # Every warp is done with slot `prev` (its K at j-1, its V just now): refill it.
+        gl.thread_barrier()
+        nxt = j - 1 + STAGES
+        mbarrier.expect(ready.index(prev), tile_bytes, pred=nxt < n_tiles)
+        tma.async_copy_global_to_shared(k_desc, [k_row + nxt * BLOCK_N, 0], ready.index(prev), k_smem.index(prev),
+                                        pred=nxt < n_tiles)
+        tma.async_copy_global_to_shared(vt_desc, [v_row, nxt * BLOCK_N], ready.index(prev), v_smem.index(prev),
+                                        pred=nxt < n_tiles)
+
+    # The last tile's P~ V.
+    last = (n_tiles - 1) % STAGES
+    acc = warpgroup_mma(p8, v_smem.index(last).permute((1, 0)), acc * c[:, None])
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+
+    o = acc * gl.convert_layout(sv / l_i, o_rows)[:, None]
+    o = gl.convert_layout(o.to(O.dtype.element_ty), q_layout)
+    gl.store(O + b * stride_ob + h * stride_oh + offs_qm[:, None] * stride_on + offs_qd[None, :], o,
+             mask=(offs_qm < N)[:, None])
+    gl.store(LSE + pid_bh * N + offs_m, m_i + gl.log2(l_i) - 8.0, mask=offs_m < N)
+
+
+# Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
+# each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight.
+CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3), 128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3)}
+
+
+def descriptor_blocks(D, BLOCK_N):
+    """Block shape and shared-memory layout of each TMA descriptor the kernel takes."""
+    blocks = {"k_desc": [BLOCK_N, D], "vt_desc": [D, BLOCK_N]}
+    return {name: (block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)) for name, block in blocks.items()}
+
+
+def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
+    """O and LSE2 from BF16/FP16 q (B, H, N, D) and the FP8 copies k8 (B*H_kv, N_pad, D), vt8
+    (B*H_kv, D, N_pad) with their scales, as attention_fp8._forward makes them; qk_scale = tau * log2(e)."""
+    B, H, N, D = q.shape
+    BH_kv, n_pad, _ = k8.shape
+    cfg = dict(config or CONFIGS[D])
+    blocks = descriptor_blocks(D, cfg["BLOCK_N"])
+    k_desc = TensorDescriptor.from_tensor(k8.view(BH_kv * n_pad, D), *blocks["k_desc"])
+    vt_desc = TensorDescriptor.from_tensor(vt8.view(BH_kv * D, n_pad), *blocks["vt_desc"])
+    o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    _fwd_kernel_hopper[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
+        q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B, *o.stride()[:3],
+        D=D, CAUSAL=causal, num_warps=cfg["BLOCK_M"] // 16, **cfg)
+    return o, lse
