@@ -41,7 +41,7 @@ def _q_layout(D, num_warps):
 
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, f, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                  MASK, s_cols: gl.constexpr):
+                  MASK: gl.constexpr, s_cols: gl.constexpr):
     """One tile of the online softmax, in base 2 (see attention_fp8._fwd_inner):
     returns p~ = exp2(qk * f - m + 8) in fp32, and the new m, l and alpha."""
     if MASK:
@@ -61,9 +61,10 @@ def _softmax_tile(s, m_i, l_i, f, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAU
 def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK, vt_desc, SVT, O, LSE, qk_scale,
                        N, N_pad, H, H_KV, stride_ob, stride_oh, stride_on,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                       STAGES: gl.constexpr):
+                       STAGES: gl.constexpr, P_SMEM: gl.constexpr):
     # One warpgroup (4 warps) per 64 rows, i.e. per query tile, which has one scale.
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M: one or two query tiles of 64 rows")
+    gl.static_assert(STAGES >= 3, "slots for the tile being freed, the tile in P V and the next tile's S")
     WARPS: gl.constexpr = BLOCK_M // 16
     # wgmma layouts: S (BLOCK_M, BLOCK_N) and O (BLOCK_M, D); FP8 operands reduce 32 at a time.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -108,6 +109,9 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
+    # P~^, when the P V dot reads it from shared memory rather than registers
+    p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N] if P_SMEM else [16, 32],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float8e4nv))
     fence_async_shared()     # Q^ and the barriers, before the async proxy (TMA, wgmma) uses them
     gl.thread_barrier()      # every warp's part of Q^ is written before any warp's wgmma reads it
 
@@ -116,7 +120,6 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     else:
         hi = N
     n_tiles = gl.cdiv(hi, BLOCK_N)
-    mask_from = start_m + 1 - BLOCK_N if CAUSAL else N - BLOCK_N     # tiles starting after this need a mask
     k_row = bh_kv * N_pad
     v_row = bh_kv * D
     tile_bytes: gl.constexpr = 2 * BLOCK_N * D
@@ -130,47 +133,57 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=s_rows)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
-
-    # Tile 0: S, then its softmax (nothing to overlap with yet).
-    mbarrier.wait(ready.index(0), 0)
-    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
-    f = qs * gl.load(SK)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, s_rows)
     l_i = gl.zeros([BLOCK_M], gl.float32, s_rows)
-    p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, f, offs_m, 0, N, BLOCK_N, CAUSAL, 0 > mask_from, s_cols)
-    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
     sv = gl.load(SVT)
-    c = gl.zeros([BLOCK_M], gl.float32, o_rows)      # acc is zero: any factor will do
 
-    for j in range(1, n_tiles):
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
-        s_tok = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        acc = acc * c[:, None]
-        acc_tok = warpgroup_mma(p8, v_smem.index(prev).permute((1, 0)), acc, is_async=True)
-        s = warpgroup_mma_wait(1, deps=[s_tok])        # S_j is done; P V may still run
+    mbarrier.wait(ready.index(0), 0)
+    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
+    # Every tile but the last lies below the causal diagonal and inside N: no mask.
+    for j in range(0, n_tiles - 1):
+        # Every warp is done with tile j - 1 (the wait at the end of the last iteration): refill its slot.
+        gl.thread_barrier()
+        refill = j - 1 + STAGES
+        slot = refill % STAGES
+        load = (j >= 1) & (refill < n_tiles)
+        mbarrier.expect(ready.index(slot), tile_bytes, pred=load)
+        tma.async_copy_global_to_shared(k_desc, [k_row + refill * BLOCK_N, 0], ready.index(slot), k_smem.index(slot),
+                                        pred=load)
+        tma.async_copy_global_to_shared(vt_desc, [v_row, refill * BLOCK_N], ready.index(slot), v_smem.index(slot),
+                                        pred=load)
+        # S of the next tile runs on the tensor cores while this tile's softmax runs on the CUDA cores.
+        nxt = j + 1
+        mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+        s_next = warpgroup_mma(q_smem, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                               is_async=True)
         start_n = j * BLOCK_N
-        f = qs * gl.load(SK + start_n)
-        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, f, offs_m, start_n, N, BLOCK_N, CAUSAL,
-                                           start_n > mask_from, s_cols)
+        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qs * gl.load(SK + start_n), offs_m, start_n, N, BLOCK_N,
+                                           CAUSAL, False, s_cols)
         sv_j = gl.load(SVT + start_n)
         c = gl.convert_layout(alpha * (sv / sv_j), o_rows)
         sv = sv_j
-        acc = warpgroup_mma_wait(0, deps=[acc_tok])
-        p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
-        # Every warp is done with slot `prev` (its K at j-1, its V just now): refill it.
-        gl.thread_barrier()
-        nxt = j - 1 + STAGES
-        mbarrier.expect(ready.index(prev), tile_bytes, pred=nxt < n_tiles)
-        tma.async_copy_global_to_shared(k_desc, [k_row + nxt * BLOCK_N, 0], ready.index(prev), k_smem.index(prev),
-                                        pred=nxt < n_tiles)
-        tma.async_copy_global_to_shared(vt_desc, [v_row, nxt * BLOCK_N], ready.index(prev), v_smem.index(prev),
-                                        pred=nxt < n_tiles)
+        if P_SMEM:      # the wgmma reads P~^ from shared memory: no register shuffle into its operand layout
+            p_smem.store(p.to(gl.float8e4nv))
+            fence_async_shared()
+            gl.thread_barrier()
+            acc = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
+        else:
+            p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+            acc = warpgroup_mma(p8, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
+        # Both done before the next softmax. (Letting P V run on into it makes ptxas serialize every
+        # wgmma: it gives the next S the registers the softmax still reads.)
+        s, acc = warpgroup_mma_wait(0, deps=[s_next, acc])
 
-    # The last tile's P~ V.
-    last = (n_tiles - 1) % STAGES
-    acc = warpgroup_mma(p8, v_smem.index(last).permute((1, 0)), acc * c[:, None])
+    # The last tile: the causal diagonal, or the end of the keys; masked.
+    last = n_tiles - 1
+    start_n = last * BLOCK_N
+    p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qs * gl.load(SK + start_n), offs_m, start_n, N, BLOCK_N,
+                                       CAUSAL, True, s_cols)
+    sv_j = gl.load(SVT + start_n)
+    c = gl.convert_layout(alpha * (sv / sv_j), o_rows)
+    sv = sv_j
+    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    acc = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), acc * c[:, None])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
@@ -183,7 +196,8 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 
 # Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
 # each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight.
-CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3), 128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3)}
+CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, P_SMEM=False),
+           128: dict(BLOCK_M=64, BLOCK_N=64, STAGES=4, P_SMEM=False)}
 
 
 def descriptor_blocks(D, BLOCK_N):
