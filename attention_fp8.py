@@ -497,11 +497,11 @@ def quantize(x, tile, rows=True, cols=False):
     return _quantize([(x, rows, cols)], tile)[0]
 
 
-# On Hopper GPUs (sm_90) the forward runs the Gluon kernel of attention_fp8_hopper.py instead of
-# _fwd_kernel: the same FP8 operands and scales, so the same O and LSE up to fp32 rounding, but
-# scheduled with asynchronous wgmma and TMA so the softmax overlaps the tensor cores (README, "Speed").
-# Set to False for _fwd_kernel everywhere. It needs the forward's query tile of 64 rows (CONFIGS).
-HOPPER_FORWARD = False   # not yet verified on the GPU
+# Head dims whose forward runs, on Hopper GPUs (sm_90), the Gluon kernel of attention_fp8_hopper.py
+# instead of _fwd_kernel: the same FP8 operands and scales, so the same O and LSE up to fp32 rounding,
+# but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
+# It needs the forward's query tile of 64 rows (CONFIGS).
+HOPPER_FORWARD = ()   # not yet measured faster on the GPU
 
 
 @functools.lru_cache(maxsize=None)
@@ -515,7 +515,7 @@ def _forward(q, k, v, causal, sm_scale):
     n_pad = _padded(N)
     tile = tiles(D)
     (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
-    if HOPPER_FORWARD and _is_hopper(q.device) and tile["q"] == 64:
+    if D in HOPPER_FORWARD and _is_hopper(q.device) and tile["q"] == 64:
         import attention_fp8_hopper       # Gluon; imported only where it runs
         return attention_fp8_hopper.forward(q, k8, sk, vt8, sv, causal, sm_scale * LOG2E)
     o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)

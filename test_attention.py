@@ -343,9 +343,9 @@ def test_gpu_hopper_forward_matches_triton(B, H, H_kv, N, D, causal, monkeypatch
     on the same FP8 copies: the same LSE up to fp32 rounding, and an O that differs by less than the
     BF16 rounding of O itself. The rest of this file tests the Gluon forward through attention()."""
     q, k, v, _ = make_inputs(B, H, H_kv, N, D, seed=51)
-    monkeypatch.setattr(A, "HOPPER_FORWARD", True)
+    monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
     o_gluon, lse_gluon = A._forward(q, k, v, causal, D ** -0.5)
-    monkeypatch.setattr(A, "HOPPER_FORWARD", False)
+    monkeypatch.setattr(A, "HOPPER_FORWARD", ())
     o_triton, lse_triton = A._forward(q, k, v, causal, D ** -0.5)
     assert (lse_gluon - lse_triton).abs().max().item() < 1e-4, "LSE differs"
     assert rel_err(o_gluon, o_triton) < 4e-3, f"O: {describe(o_gluon, o_triton)}"
