@@ -501,7 +501,7 @@ def quantize(x, tile, rows=True, cols=False):
 # instead of _fwd_kernel: the same FP8 operands and scales, so the same O and LSE up to fp32 rounding,
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
 # It needs the forward's query tile of 64 rows (CONFIGS).
-HOPPER_FORWARD = ()   # not yet measured faster on the GPU
+HOPPER_FORWARD = (128,)
 
 
 @functools.lru_cache(maxsize=None)

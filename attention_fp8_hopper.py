@@ -23,6 +23,8 @@ interleave with each other's dots without explicit ping-pong.
 Gluon has no interpreter: CPU CI compiles this kernel for sm_90a (test_attention.py) and the GPU
 tests compare it with the Triton forward.
 """
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -196,12 +198,14 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 
 # Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
 # each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight.
-CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, P_SMEM=False),
-           128: dict(BLOCK_M=64, BLOCK_N=64, STAGES=4, P_SMEM=False)}
+CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, P_SMEM=True),
+           128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, P_SMEM=True)}
 
 
+@functools.lru_cache(maxsize=None)
 def descriptor_blocks(D, BLOCK_N):
-    """Block shape and shared-memory layout of each TMA descriptor the kernel takes."""
+    """Block shape and shared-memory layout of each TMA descriptor the kernel takes (cached: building
+    the layouts costs tens of microseconds of host time, per call)."""
     blocks = {"k_desc": [BLOCK_N, D], "vt_desc": [D, BLOCK_N]}
     return {name: (block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)) for name, block in blocks.items()}
 
