@@ -3,8 +3,9 @@ machine: no GPU needed. Triton compiles each kernel to PTX for the target, and t
 with Triton reports its registers per thread and the bytes it spills. The backward is register-bound
 (README, "Speed"), so this is the first thing to look at after changing a kernel.
 
-    python kernel_registers.py                   # attention_fp8.py, head dims 64 and 128
+    python kernel_registers.py                   # attention_fp8.py and the Gluon forward of attention_fp8_hopper.py
     python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)
+    python kernel_registers.py --hopper ''        # the Triton kernels only
 
 Integer arguments are compiled as the launcher specializes them at the benchmark shapes (divisible
 by 16, head counts not), so the numbers come within a few registers and spilled bytes of what the
@@ -85,7 +86,7 @@ def main():
         sys.exit("kernel_registers.py: unset TRITON_INTERPRET; the interpreter does not compile kernels")
     A = load(args.file)
     H = None
-    if args.hopper:
+    if args.hopper:     # the Gluon forward (Gluon has no interpreter: this compile is CPU CI's check of it)
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.hopper)))
         H = load(args.hopper, "attention_fp8_hopper_under_test")
     print(f"{args.file}: triton {triton.__version__}, target sm_90a, causal, matched delta")
@@ -105,8 +106,8 @@ def main():
             cfg = dict(H.CONFIGS[D])
             regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_M"] // 16,
                                              1, H.descriptor_blocks(D, cfg["BLOCK_N"]))
-            tiling = " ".join(f"{k[6:] if k.startswith('BLOCK_') else k}={v}" for k, v in cfg.items())
-            tiling += f" w{cfg['BLOCK_M'] // 16}"
+            tiling = (f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']} "
+                      f"P~:{'smem' if cfg['P_SMEM'] else 'regs'}")
             print(f"{D:>4} {'fwd-gluon':>9} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
 
 
