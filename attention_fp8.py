@@ -504,6 +504,10 @@ def quantize(x, tile, rows=True, cols=False):
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
 # It needs the forward's query tile of 64 rows (CONFIGS).
 HOPPER_FORWARD = (128,)
+# ... for sequences at least this long. At 4x16x2048x128 the Gluon forward measured slower than
+# _fwd_kernel in two runs (0.73x and 0.50x; whether host or GPU time is not yet isolated), faster
+# from N = 4096 on (README, "Speed", step 4).
+HOPPER_FORWARD_MIN_N = 4096
 
 
 @functools.lru_cache(maxsize=None)
@@ -517,7 +521,7 @@ def _forward(q, k, v, causal, sm_scale):
     n_pad = _padded(N)
     tile = tiles(D)
     (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
-    if D in HOPPER_FORWARD and _is_hopper(q.device) and tile["q"] == 64:
+    if D in HOPPER_FORWARD and N >= HOPPER_FORWARD_MIN_N and _is_hopper(q.device) and tile["q"] == 64:
         import attention_fp8_hopper       # Gluon; imported only where it runs
         return attention_fp8_hopper.forward(q, k8, sk, vt8, sv, causal, sm_scale * LOG2E)
     o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)

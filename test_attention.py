@@ -344,11 +344,31 @@ def test_gpu_hopper_forward_matches_triton(B, H, H_kv, N, D, causal, monkeypatch
     BF16 rounding of O itself. The rest of this file tests the Gluon forward through attention()."""
     q, k, v, _ = make_inputs(B, H, H_kv, N, D, seed=51)
     monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_N", 0)
     o_gluon, lse_gluon = A._forward(q, k, v, causal, D ** -0.5)
     monkeypatch.setattr(A, "HOPPER_FORWARD", ())
     o_triton, lse_triton = A._forward(q, k, v, causal, D ** -0.5)
     assert (lse_gluon - lse_triton).abs().max().item() < 1e-4, "LSE differs"
     assert rel_err(o_gluon, o_triton) < 4e-3, f"O: {describe(o_gluon, o_triton)}"
+
+
+@pytest.mark.skipif(not (ON_GPU and A._is_hopper(torch.device("cuda"))), reason="needs a Hopper GPU (sm_90)")
+@pytest.mark.parametrize("B,H,H_kv,N,D,causal", [(2, 4, 2, 777, 128, False), (1, 8, 2, 2048, 128, True)])
+def test_gpu_hopper_forward_then_backward(B, H, H_kv, N, D, causal, monkeypatch):
+    """Forward + backward through attention() with the Gluon forward at every N: the matched backward
+    reads only the forward's LSE, which the two forwards compute alike, so the gradients agree with
+    the Triton forward's path (and match the fp64 reference like every other case here)."""
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=52)
+    monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_N", 0)
+    gluon = run_kernel(q, k, v, do, causal)
+    monkeypatch.setattr(A, "HOPPER_FORWARD", ())
+    triton_fwd = run_kernel(q, k, v, do, causal)
+    exact = reference_grads(q, k, v, do, causal, D ** -0.5)
+    for name in ("dq", "dk", "dv"):
+        assert rel_err(gluon[name], triton_fwd[name]) < 1e-3, f"{name}: {describe(gluon[name], triton_fwd[name])}"
+    for name in ("o", "dq", "dk", "dv"):
+        assert rel_err(gluon[name], exact[name]) < TOL_EXACT[name], f"{name}: {describe(gluon[name], exact[name])}"
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
