@@ -504,9 +504,10 @@ def quantize(x, tile, rows=True, cols=False):
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
 # It needs the forward's query tile of 64 rows (CONFIGS).
 HOPPER_FORWARD = (128,)
-# ... for sequences at least this long. At 4x16x2048x128 the Gluon forward measured slower than
-# _fwd_kernel in two runs (0.73x and 0.50x; whether host or GPU time is not yet isolated), faster
-# from N = 4096 on (README, "Speed", step 4).
+# ... for sequences at least this long. On the GPU the Gluon forward is the faster one at every N
+# measured (4x16x1024x128 replayed from a CUDA graph: 69 vs 76 us), but its launch costs about
+# 100 us more host time (TMA descriptors), so below N = 4096 eager calls wait on the host
+# (4x16x1024x128: 253 vs 156 us; README, "Speed", step 4).
 HOPPER_FORWARD_MIN_N = 4096
 
 
