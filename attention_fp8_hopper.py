@@ -4,21 +4,25 @@ same FP8 operands and scales, same O and LSE up to fp32 rounding, so the backwar
 
 Why a second forward. Triton issues a tile's dots, exp2 and casts in program order, so the
 tensor cores idle while a warp does its softmax (README, "Speed"). Gluon exposes Hopper's
-asynchronous warpgroup MMA, TMA and mbarriers, which give the schedule FlashAttention-3 uses
-inside a warpgroup:
+asynchronous warpgroup MMA, TMA and mbarriers, so the schedule is written out:
 
-    iteration j:  issue S_j = Q^ K_j^T          (async, tensor cores)
-                  issue O += P~_{j-1} V_{j-1}    (async, tensor cores)
-                  wait for S_j; softmax of S_j  (CUDA cores, while P V runs)
-                  wait for P V; refill the freed K/V slot with tile j-1+STAGES (TMA)
+    iteration j:  refill the slot tile j-1 used with tile j-1+STAGES       (TMA)
+                  issue S_{j+1} = Q^ K_{j+1}^T                             (async, tensor cores)
+                  softmax of S_j; P~_j^ to shared memory                   (CUDA cores, meanwhile)
+                  issue O += P~_j^ V^_j; wait for both dots
+
+Letting P V run on into the next softmax too (FlashAttention-3's full overlap) makes ptxas
+serialize every wgmma (advisory C7514), so each iteration ends on both dots. On the H200 this is
+1.08-1.10x the Triton forward at head dim 128 and N >= 4096, and slower at head dim 64 (README,
+step 4), hence attention_fp8.HOPPER_FORWARD.
 
 The value of V's tile scale rides in the accumulator's units: acc holds O * l / sv_last, so
     acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j V^_j
 is exact in real arithmetic (one fp32 multiply per row instead of a second accumulator), and
 O = acc * sv_last / l at the end.
 
-One warpgroup (4 warps) owns 64 query rows, so two programs share an SM and their softmaxes
-interleave with each other's dots without explicit ping-pong.
+One warpgroup (4 warps) owns 64 query rows (one query tile, one Q scale), and two programs share
+an SM, so one's softmax can run under the other's dots.
 
 Gluon has no interpreter: CPU CI compiles this kernel for sm_90a (test_attention.py) and the GPU
 tests compare it with the Triton forward.
