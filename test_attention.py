@@ -341,7 +341,8 @@ def test_quantize_roundtrip_and_saturation():
 def test_gpu_hopper_forward_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
     """The Gluon forward (attention_fp8_hopper.py, the default on Hopper) against the Triton forward
     on the same FP8 copies: the same LSE up to fp32 rounding, and an O that differs by less than the
-    BF16 rounding of O itself. The rest of this file tests the Gluon forward through attention()."""
+    BF16 rounding of O itself. test_gpu_hopper_forward_then_backward runs it through attention();
+    the other cases here have N < HOPPER_FORWARD_MIN_N and run the Triton forward."""
     q, k, v, _ = make_inputs(B, H, H_kv, N, D, seed=51)
     monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
     monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_N", 0)
