@@ -46,10 +46,12 @@ def _q_layout(D, num_warps):
 
 
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, f, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                  MASK: gl.constexpr, s_cols: gl.constexpr):
-    """One tile of the online softmax, in base 2 (see attention_fp8._fwd_inner):
-    returns p~ = exp2(qk * f - m + 8) in fp32, and the new m, l and alpha."""
+def _softmax_tile(s, m_i, l_i, sv, qs, SK, SVT, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                  MASK: gl.constexpr, s_cols: gl.constexpr, o_rows: gl.constexpr):
+    """One tile of the online softmax, in base 2 (see attention_fp8._fwd_inner), f = Q's row scale
+    * K's tile scale * tau * log2(e): returns p~ = exp2(qk * f - m + 8) in fp32, the new m and l,
+    V's tile scale sv, and c = alpha * sv_before / sv, the factor acc takes before P~ V is added."""
+    f = qs * gl.load(SK + start_n)
     if MASK:
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=s_cols)
         keep = offs_n[None, :] < N
@@ -60,14 +62,15 @@ def _softmax_tile(s, m_i, l_i, f, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAU
     p = gl.exp2(s * f[:, None] - (m_new - 8.0)[:, None])
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
-    return p, m_new, l_i, alpha
+    sv_j = gl.load(SVT + start_n)
+    return p, m_new, l_i, sv_j, gl.convert_layout(alpha * (sv / sv_j), o_rows)
 
 
 @gluon.jit
 def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK, vt_desc, SVT, O, LSE, qk_scale,
                        N, N_pad, H, H_KV, stride_ob, stride_oh, stride_on,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                       STAGES: gl.constexpr, P_SMEM: gl.constexpr):
+                       STAGES: gl.constexpr):
     # One warpgroup (4 warps) per 64 rows, i.e. per query tile, which has one scale.
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M: one or two query tiles of 64 rows")
     gl.static_assert(STAGES >= 3, "slots for the tile being freed, the tile in P V and the next tile's S")
@@ -115,8 +118,8 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    # P~^, when the P V dot reads it from shared memory rather than registers
-    p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N] if P_SMEM else [16, 32],
+    # P~^ of the tile in flight, for the P V wgmma
+    p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float8e4nv))
     fence_async_shared()     # Q^ and the barriers, before the async proxy (TMA, wgmma) uses them
     gl.thread_barrier()      # every warp's part of Q^ is written before any warp's wgmma reads it
@@ -163,19 +166,14 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         s_next = warpgroup_mma(q_smem, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                is_async=True)
         start_n = j * BLOCK_N
-        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qs * gl.load(SK + start_n), offs_m, start_n, N, BLOCK_N,
-                                           CAUSAL, False, s_cols)
-        sv_j = gl.load(SVT + start_n)
-        c = gl.convert_layout(alpha * (sv / sv_j), o_rows)
-        sv = sv_j
-        if P_SMEM:      # the wgmma reads P~^ from shared memory: no register shuffle into its operand layout
-            p_smem.store(p.to(gl.float8e4nv))
-            fence_async_shared()
-            gl.thread_barrier()
-            acc = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
-        else:
-            p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
-            acc = warpgroup_mma(p8, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
+        p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, SK, SVT, offs_m, start_n, N, BLOCK_N, CAUSAL, False,
+                                           s_cols, o_rows)
+        # The wgmma reads P~^ from shared memory: handing it over in registers needs ~250 shuffle
+        # instructions per tile into the operand layout (measured slower, README).
+        p_smem.store(p.to(gl.float8e4nv))
+        fence_async_shared()
+        gl.thread_barrier()
+        acc = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
         # Both done before the next softmax. (Letting P V run on into it makes ptxas serialize every
         # wgmma: it gives the next S the registers the softmax still reads.)
         s, acc = warpgroup_mma_wait(0, deps=[s_next, acc])
@@ -183,11 +181,8 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     # The last tile: the causal diagonal, or the end of the keys; masked.
     last = n_tiles - 1
     start_n = last * BLOCK_N
-    p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, qs * gl.load(SK + start_n), offs_m, start_n, N, BLOCK_N,
-                                       CAUSAL, True, s_cols)
-    sv_j = gl.load(SVT + start_n)
-    c = gl.convert_layout(alpha * (sv / sv_j), o_rows)
-    sv = sv_j
+    p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, SK, SVT, offs_m, start_n, N, BLOCK_N, CAUSAL, True,
+                                       s_cols, o_rows)
     p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
     acc = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), acc * c[:, None])
     for i in gl.static_range(STAGES):
@@ -202,8 +197,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 
 # Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
 # each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight.
-CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, P_SMEM=True),
-           128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, P_SMEM=True)}
+CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3), 128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3)}
 
 
 @functools.lru_cache(maxsize=None)

@@ -106,8 +106,7 @@ def main():
             cfg = dict(H.CONFIGS[D])
             regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_M"] // 16,
                                              1, H.descriptor_blocks(D, cfg["BLOCK_N"]))
-            tiling = (f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']} "
-                      f"P~:{'smem' if cfg['P_SMEM'] else 'regs'}")
+            tiling = f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']}"
             print(f"{D:>4} {'fwd-gluon':>9} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
 
 
