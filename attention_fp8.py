@@ -136,14 +136,18 @@ def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N,
     cols = tl.arange(0, D)
     x = tl.load(X + b * stride_b + h * stride_h + rows[:, None] * stride_n + cols[None, :] * stride_d,
                 mask=rows[:, None] < N, other=0.0).to(tl.float32)
-    # the floor keeps 448 / amax finite for an all-zero (or all-subnormal) tile
-    amax = tl.maximum(tl.max(tl.abs(x)), 1e-30)
-    x8 = (x * (448.0 / amax)).to(tl.float8e4nv)
+    # A tile whose amax is below 1e-30 (all zero, say: padding, or dO where no loss reaches) is
+    # flushed to zero with scale 0. So a zero scale means a zero tile, and every other scale lies
+    # within fp32's range of any other: the Gluon kernels carry accumulators in the units of a
+    # tile's scale and switch units by the ratio of two scales (attention_fp8_hopper.py).
+    amax = tl.max(tl.abs(x))
+    live = amax >= 1e-30
+    x8 = (x * tl.where(live, 448.0 / tl.maximum(amax, 1e-30), 0.0)).to(tl.float8e4nv)
     if WRITE_ROWS:
         tl.store(X8 + pid_bh * N_pad * D + rows[:, None] * D + cols[None, :], x8)
     if WRITE_COLS:
         tl.store(X8T + pid_bh * D * N_pad + cols[:, None] * N_pad + rows[None, :], tl.trans(x8))
-    tl.store(SCALE + pid_bh * N_pad + rows, tl.zeros([TILE], tl.float32) + amax / 448.0)
+    tl.store(SCALE + pid_bh * N_pad + rows, tl.zeros([TILE], tl.float32) + tl.where(live, amax / 448.0, 0.0))
 
 
 @triton.jit
@@ -218,9 +222,10 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
     # Q^ is made here, exactly as _quantize_tile makes it (BLOCK_M is the query tile).
     q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None], other=0.0).to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(q)), 1e-30)
-    q = (q * (448.0 / amax)).to(tl.float8e4nv)
-    qs = tl.zeros([BLOCK_M], tl.float32) + (amax / 448.0) * qk_scale   # Q's scale times tau * log2(e)
+    amax = tl.max(tl.abs(q))
+    live = amax >= 1e-30
+    q = (q * tl.where(live, 448.0 / tl.maximum(amax, 1e-30), 0.0)).to(tl.float8e4nv)
+    qs = tl.zeros([BLOCK_M], tl.float32) + tl.where(live, amax / 448.0, 0.0) * qk_scale   # Q's scale times tau * log2(e)
     K8 += bh_kv * N_pad * D
     SK += bh_kv * N_pad
     VT8 += bh_kv * D * N_pad
@@ -509,6 +514,11 @@ HOPPER_FORWARD = (128,)
 # 100 us more host time (TMA descriptors), so below N = 4096 eager calls wait on the host
 # (4x16x1024x128: 253 vs 156 us; README, "Speed", step 4).
 HOPPER_FORWARD_MIN_N = 4096
+# Head dims and lengths whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
+# instead of _bwd_dkdv_kernel: the same FP8 operands and scales (dS^T's row scale per 64 queries
+# rather than 32), 1.37-1.42x faster at D = 128 on the H200, and no faster at D = 64 (0.99-1.04x).
+HOPPER_BACKWARD = (128,)
+HOPPER_BACKWARD_MIN_N = 4096
 
 
 @functools.lru_cache(maxsize=None)
@@ -603,10 +613,15 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, de
         q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, lse.stride(0), delta_buf, dq, rowsum, sm_scale, qk_scale,
         N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3],
         D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
-    cfg = CONFIGS[D]["dkdv"]
-    _bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
-        q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, lse.stride(0), delta_buf, dk, dv,
-        sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3], D=D, CAUSAL=causal, **cfg)
+    if D in HOPPER_BACKWARD and N >= HOPPER_BACKWARD_MIN_N and _is_hopper(q.device) and tile["q"] == 64:
+        import attention_fp8_hopper       # Gluon; imported only where it runs
+        attention_fp8_hopper.dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta_buf, dk, dv, causal,
+                                  sm_scale, qk_scale)
+    else:
+        cfg = CONFIGS[D]["dkdv"]
+        _bwd_dkdv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
+            q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, lse.stride(0), delta_buf, dk, dv,
+            sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3], D=D, CAUSAL=causal, **cfg)
     if not debug:
         return None
     return {"delta": delta_buf[:, :N].reshape(B, H, N),

@@ -62,8 +62,11 @@ def _softmax_tile(s, m_i, l_i, sv, qs, SK, SVT, offs_m, start_n, N, BLOCK_N: gl.
     p = gl.exp2(s * f[:, None] - (m_new - 8.0)[:, None])
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
+    # A zero tile of V (scale 0) adds nothing to acc: acc keeps its units. Before the first nonzero
+    # tile acc is zero, and sv = 0 turns it into the new units as zero.
     sv_j = gl.load(SVT + start_n)
-    return p, m_new, l_i, sv_j, gl.convert_layout(alpha * (sv / sv_j), o_rows)
+    sv_j = gl.where(sv_j > 0, sv_j, sv)
+    return p, m_new, l_i, sv_j, gl.convert_layout(alpha * gl.where(sv_j > 0, sv / sv_j, 1.0), o_rows)
 
 
 @gluon.jit
@@ -104,11 +107,11 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     row_amax = gl.max(gl.abs(q), 1)
     first = offs_qm - start_m < 64
     amax = gl.where(first, gl.max(gl.where(first, row_amax, 0.0), 0), gl.max(gl.where(first, 0.0, row_amax), 0))
-    amax = gl.maximum(amax, 1e-30)
-    q8 = (q * (448.0 / amax)[:, None]).to(gl.float8e4nv)
+    live = amax >= 1e-30
+    q8 = (q * gl.where(live, 448.0 / gl.maximum(amax, 1e-30), 0.0)[:, None]).to(gl.float8e4nv)
     q_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, D],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_M, D], gl.float8e4nv), q8)
-    qs = gl.convert_layout((amax / 448.0) * qk_scale, s_rows)     # Q's row scale times tau * log2(e)
+    qs = gl.convert_layout(gl.where(live, amax / 448.0, 0.0) * qk_scale, s_rows)     # Q's row scale times tau * log2(e)
     SK += bh_kv * N_pad
     SVT += bh_kv * N_pad
 
@@ -223,3 +226,223 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
         q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B, *o.stride()[:3],
         D=D, CAUSAL=causal, num_warps=cfg["BLOCK_M"] // 16, **cfg)
     return o, lse
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward, key-owned: dK and dV (the math of attention_fp8._bwd_dkdv_kernel, same FP8 operands
+# and scales). Each warpgroup owns 64 keys; per query tile i (64 rows, one Q and one dO scale):
+#
+#     S^T = K^ Q^_i^T,  dP^T = V^ dO^_i^T         two async wgmmas, issued together
+#     256 P^T = exp2(S^T f - LSE2_i + 8)          once S^T is in; P^T^ to shared memory
+#     dV += (256 P^T)^ dO^_i                      async, runs while dS^T is formed
+#     256 dS^T = 256 P^T (dP^T c - delta_i)       once dP^T is in; per-key-row amax -> dS^T^
+#     T = dS^T^ Q^_i;  dK += T * (row scale)      the row scales differ per tile, so T is a
+#                                                 separate accumulator, added in registers
+#
+# dV needs no second accumulator: dO's scale is one number per query tile, so dV rides in the
+# units of the last tile's scale (as O does in the forward): dv <- dv * sdo_before / sdo_i + P^T^ dO^_i.
+# A second accumulator for it, added in fp32 as the Triton kernel does, does not fit in the
+# registers beside dK's T (it spilled and ran 1.03-1.12x the Triton kernel, against 1.37-1.42x).
+#
+# The price: dV is summed inside the tensor cores, and Hopper's FP8 MMA keeps only about 14 bits
+# of the running sum when it adds products to it (DeepSeek-V3 report, section 3.3.2). Small
+# contributions added to a large dv lose their low bits. So each head's query tiles run from the
+# last back to the diagonal: far queries, whose P is small, come first, and dv grows toward its
+# final size. Measured on the H200 (head 0 against fp32, N = 8192 / 16384 / 32768): dV error
+# 0.0514 / 0.0509 / 0.0524 in this order, the Triton kernel's to four digits; diagonal-first it
+# was 0.0517 / 0.0517 / 0.0572.
+#
+# Registers per thread at D = 128: dK and dV take 64 each, S^T and dP^T 32 each, T 64 (after
+# S^T and dP^T are dead). One warpgroup per program (BLOCK_N = 64) and two programs per SM ran
+# faster than two warpgroups on 128 keys (1.45x vs 1.27x the Triton kernel at 2x16x8192x128).
+# Q^, dO^ and their token-contiguous copies come in by TMA into a ring of STAGES slots. Query
+# tiles run over every query head of the kv head (grouped-query attention): tile `it` counts
+# across heads.
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M: gl.constexpr):
+    """(batch * H + query head, first query row) of query tile `it` of this program. Each head's
+    tiles run from the last query tile back to the diagonal (see the comment above)."""
+    bh = b * H + hk * group + it // n_m
+    return bh, m_lo + (n_m - 1 - it % n_m) * BLOCK_M
+
+
+@gluon.jit
+def _dkdv_load(it, slot, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
+               n_m, m_lo, b, hk, group, H, N_pad, pred, D: gl.constexpr, BLOCK_M: gl.constexpr):
+    bh, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
+    bar = ready.index(slot)
+    mbarrier.expect(bar, 4 * BLOCK_M * D, pred=pred)
+    tma.async_copy_global_to_shared(q_desc, [bh * N_pad + start_m, 0], bar, q_smem.index(slot), pred=pred)
+    tma.async_copy_global_to_shared(do_desc, [bh * N_pad + start_m, 0], bar, do_smem.index(slot), pred=pred)
+    tma.async_copy_global_to_shared(qt_desc, [bh * D, start_m], bar, qt_smem.index(slot), pred=pred)
+    tma.async_copy_global_to_shared(dot_desc, [bh * D, start_m], bar, dot_smem.index(slot), pred=pred)
+
+
+@gluon.jit
+def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem, dot_smem, p_smem, ds_smem,
+               ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n,
+               n_m, m_lo, b, hk, group, H, N, N_pad,
+               D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+               MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr):
+    # Every warp is done with tile it - 1 (the wait at the end of its step): refill its slot.
+    gl.thread_barrier()
+    refill = it - 1 + STAGES
+    _dkdv_load(refill, refill % STAGES, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem,
+               dot_smem, n_m, m_lo, b, hk, group, H, N_pad, (it >= 1) & (refill < n_tiles), D, BLOCK_M)
+
+    slot = it % STAGES
+    mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
+    s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+    sT = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dpT = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+
+    # while they run: this tile's LSE, delta and scales
+    bh, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
+    h = bh - b * H
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    # Query rows past N get LSE = +inf, hence P = 0 (their dO^ rows are zero too).
+    lse = gl.load(LSE + b * stride_lb + h * N + offs_m, mask=offs_m < N, other=float("inf"))
+    delta = gl.load(DELTA + bh * N_pad + offs_m)
+    sq = gl.load(SQ + bh * N_pad + start_m)
+    sdo = gl.load(SDO + bh * N_pad + start_m)
+
+    sT = warpgroup_mma_wait(1, deps=[sT])
+    if MASK:
+        sT = gl.where(offs_m[None, :] >= offs_n[:, None], sT, float("-inf"))
+    pT = gl.exp2(sT * (sk_qk * sq) - (lse - 8.0)[None, :])                    # 256 P^T
+    p_smem.store(pT.to(gl.float8e4nv))
+    fence_async_shared()
+    gl.thread_barrier()
+    # dV in the units of dO's scale (a zero tile of dO, scale 0, adds nothing: the units stay)
+    sdo_new = gl.where(sdo > 0, sdo, sdo_u)
+    dv = warpgroup_mma(p_smem, dot_smem.index(slot).permute((1, 0)),
+                       dv * gl.where(sdo_new > 0, sdo_u / sdo_new, 1.0), is_async=True)
+
+    dpT = warpgroup_mma_wait(1, deps=[dpT])
+    dsT = pT * (dpT * (sv * sdo) - delta[None, :])                            # 256 dS^T
+    # one dynamic scale per key row: dK reduces over queries, so it factors out of the dot
+    amax = gl.maximum(gl.max(gl.abs(dsT), 1), 1e-30)
+    ds_smem.store((dsT * (448.0 / amax)[:, None]).to(gl.float8e4nv))
+    fence_async_shared()
+    gl.thread_barrier()
+    t = warpgroup_mma(ds_smem, qt_smem.index(slot).permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
+                      use_acc=False, is_async=True)
+    t, dv = warpgroup_mma_wait(0, deps=[t, dv])
+    row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)), gl.SliceLayout(1, o_layout))
+    return dk + t * row_scale[:, None], dv, sdo_new
+
+
+@gluon.jit
+def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_desc, LSE, stride_lb, DELTA, DK, DV,
+                        sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
+                        D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
+                        STAGES: gl.constexpr):
+    gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
+    gl.static_assert(BLOCK_N % 64 == 0, "one warpgroup per 64 keys")
+    WARPS: gl.constexpr = BLOCK_N // 16
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                       instr_shape=[16, BLOCK_M, 32])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                       instr_shape=[16, D, 32])
+    io_layout: gl.constexpr = _q_layout(D, WARPS)
+
+    pid_n = gl.program_id(0)      # causal: the first key tiles see the most queries and start first
+    pid_bhk = gl.program_id(1)
+    b = pid_bhk // H_KV
+    hk = pid_bhk % H_KV
+    group = H // H_KV
+    start_n = pid_n * BLOCK_N
+
+    # K^ and V^ of this program's keys, into shared memory once
+    offs_kn = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, io_layout))
+    offs_kd = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
+    kv_off = pid_bhk * N_pad * D + offs_kn[:, None] * D + offs_kd[None, :]
+    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], gl.float8e4nv)
+    k_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, D], kv_layout, gl.load(K8 + kv_off))
+    v_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, D], kv_layout, gl.load(V8 + kv_off))
+    sk_qk = gl.load(SK + pid_bhk * N_pad + start_n) * qk_scale
+    sv = gl.load(SV + pid_bhk * N_pad + start_n)
+
+    # Q^, dO^ (rows) and Q^T, dO^T (token-contiguous) tiles: a ring of STAGES slots, one mbarrier each
+    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, D], do_desc.layout)
+    qt_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BLOCK_M], qt_desc.layout)
+    dot_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BLOCK_M], dot_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    # P^T^ and dS^T^ of the tile in flight, for the dV and dK wgmmas
+    pt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], gl.float8e4nv)
+    p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
+    ds_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
+    fence_async_shared()     # K^, V^ and the barriers, before the async proxy (TMA, wgmma) uses them
+    gl.thread_barrier()
+
+    # Query tiles per head: from the diagonal (causal) or 0 to the end; query rows past N have
+    # LSE = +inf (P = 0) and dO^ = 0, so the last tile needs no mask. Causal: the tiles that overlap
+    # the key band [start_n, start_n + BLOCK_N) need the mask, the rest do not.
+    m_end = gl.cdiv(N, BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        m_lo = start_n
+        n_diag = gl.minimum(BLOCK_N // BLOCK_M, (m_end - m_lo) // BLOCK_M)
+    else:
+        m_lo = 0
+        n_diag = 0
+    n_m = (m_end - m_lo) // BLOCK_M
+    n_tiles = group * n_m
+    for t in gl.static_range(STAGES):
+        _dkdv_load(t, t, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
+                   n_m, m_lo, b, hk, group, H, N_pad, t < n_tiles, D, BLOCK_M)
+
+    offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+    dk = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
+    dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
+    sdo_u = gl.load(SDO + (b * H + hk * group) * N_pad + m_end - BLOCK_M)    # dv's units: the first tile's dO scale
+    for g in range(group):
+        for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
+            dk, dv, sdo_u = _dkdv_tile(g * n_m + j, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
+                                       dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO,
+                                       LSE, stride_lb, DELTA, sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
+                                       D, BLOCK_N, BLOCK_M, STAGES, False, s_layout, o_layout)
+        for j in range(n_m - n_diag, n_m):
+            dk, dv, sdo_u = _dkdv_tile(g * n_m + j, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
+                                       dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO,
+                                       LSE, stride_lb, DELTA, sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
+                                       D, BLOCK_N, BLOCK_M, STAGES, CAUSAL, s_layout, o_layout)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+
+    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
+    out = b * stride_kb + hk * stride_kh + offs_kn[:, None] * stride_kn + offs_d[None, :]
+    key_ok = (offs_kn < N)[:, None]
+    gl.store(DK + out, gl.convert_layout((dk * sm_scale).to(DK.dtype.element_ty), io_layout), mask=key_ok)
+    gl.store(DV + out, gl.convert_layout((dv * (sdo_u / 256.0)).to(DV.dtype.element_ty), io_layout), mask=key_ok)
+
+
+# BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
+# the 64-row query tile. STAGES: query tiles in flight (3 leaves room for one program per SM only).
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2), 128: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2)}
+
+
+@functools.lru_cache(maxsize=None)
+def dkdv_descriptor_blocks(D, BLOCK_M):
+    rows, cols = [BLOCK_M, D], [D, BLOCK_M]
+    blocks = {"q_desc": rows, "do_desc": rows, "qt_desc": cols, "dot_desc": cols}
+    return {name: (block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)) for name, block in blocks.items()}
+
+
+def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal, sm_scale, qk_scale, config=None):
+    """dK and dV into dk, dv (B, H_kv, N, D) from the FP8 copies attention_fp8._backward_piece makes
+    (q8, do8 (B*H, N_pad, D); qt8, dot8 (B*H, D, N_pad); k8, v8 (B*H_kv, N_pad, D); scales per row),
+    lse (B, H, N) and delta (B*H, N_pad)."""
+    B, H_kv, N, D = dk.shape
+    BH, n_pad, _ = q8.shape
+    cfg = dict(config or DKDV_CONFIGS[D])
+    blocks = dkdv_descriptor_blocks(D, cfg["BLOCK_M"])
+    descs = {name: TensorDescriptor.from_tensor(x.view(-1, x.shape[-1]), *blocks[name])
+             for name, x in (("q_desc", q8), ("qt_desc", qt8), ("do_desc", do8), ("dot_desc", dot8))}
+    _dkdv_kernel_hopper[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
+        descs["q_desc"], sq, descs["qt_desc"], k8, sk, v8, sv, descs["do_desc"], sdo, descs["dot_desc"], lse,
+        lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad, BH // B, H_kv, *dk.stride()[:3],
+        D=D, CAUSAL=causal, num_warps=cfg["BLOCK_N"] // 16, **cfg)

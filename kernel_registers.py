@@ -3,7 +3,7 @@ machine: no GPU needed. Triton compiles each kernel to PTX for the target, and t
 with Triton reports its registers per thread and the bytes it spills. The backward is register-bound
 (README, "Speed"), so this is the first thing to look at after changing a kernel.
 
-    python kernel_registers.py                   # attention_fp8.py and the Gluon forward of attention_fp8_hopper.py
+    python kernel_registers.py                   # attention_fp8.py and the Gluon kernels of attention_fp8_hopper.py
     python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)
     python kernel_registers.py --hopper ''        # the Triton kernels only
 
@@ -79,18 +79,18 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--file", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_fp8.py"))
     p.add_argument("--hopper", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_fp8_hopper.py"),
-                   help="the Gluon forward's file ('' to leave it out)")
+                   help="the Gluon kernels' file ('' to leave them out)")
     p.add_argument("--head-dims", type=int, nargs="+", default=None)
     args = p.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_registers.py: unset TRITON_INTERPRET; the interpreter does not compile kernels")
     A = load(args.file)
     H = None
-    if args.hopper:     # the Gluon forward (Gluon has no interpreter: this compile is CPU CI's check of it)
+    if args.hopper:     # the Gluon kernels (Gluon has no interpreter: this compile is CPU CI's check of them)
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.hopper)))
         H = load(args.hopper, "attention_fp8_hopper_under_test")
     print(f"{args.file}: triton {triton.__version__}, target sm_90a, causal, matched delta")
-    print(f"{'D':>4} {'kernel':>9} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10}")
+    print(f"{'D':>4} {'kernel':>10} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10}")
     for D in args.head_dims or A.HEAD_DIMS:
         A.tiles(D)      # refuses an inconsistent CONFIGS[D]
         kernels = {"fwd": (A._fwd_kernel, dict(CAUSAL=True)),
@@ -101,13 +101,18 @@ def main():
             num_warps, num_stages = cfg.pop("num_warps"), cfg.pop("num_stages")
             regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages)
             tiling = " ".join(f"{k[6:]}={v}" for k, v in cfg.items()) + f" w{num_warps} s{num_stages}"
-            print(f"{D:>4} {name:>9} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
-        if H is not None:      # the Gluon forward for Hopper (attention_fp8_hopper.py)
+            print(f"{D:>4} {name:>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+        if H is not None:      # the Gluon forward and dK/dV kernel for Hopper (attention_fp8_hopper.py)
             cfg = dict(H.CONFIGS[D])
             regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_M"] // 16,
                                              1, H.descriptor_blocks(D, cfg["BLOCK_N"]))
             tiling = f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']}"
-            print(f"{D:>4} {'fwd-gluon':>9} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+            print(f"{D:>4} {'fwd-gluon':>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+            cfg = dict(H.DKDV_CONFIGS[D])
+            regs, spills, shared = resources(H._dkdv_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_N"] // 16,
+                                             1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]))
+            tiling = f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s{cfg['STAGES']}"
+            print(f"{D:>4} {'dkdv-gluon':>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
 
 
 if __name__ == "__main__":
