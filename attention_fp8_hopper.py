@@ -242,7 +242,7 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 # dV needs no second accumulator: dO's scale is one number per query tile, so dV rides in the
 # units of the last tile's scale (as O does in the forward): dv <- dv * sdo_before / sdo_i + P^T^ dO^_i.
 # A second accumulator for it, added in fp32 as the Triton kernel does, does not fit in the
-# registers beside dK's T (it spilled and ran 1.03-1.12x the Triton kernel, against 1.37-1.42x).
+# registers beside dK's T (it spilled and ran 1.03-1.16x the Triton kernel, against 1.37-1.42x).
 #
 # The price: dV is summed inside the tensor cores, and Hopper's FP8 MMA keeps only about 14 bits
 # of the running sum when it adds products to it (DeepSeek-V3 report, section 3.3.2). Small
@@ -254,7 +254,7 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 #
 # Registers per thread at D = 128: dK and dV take 64 each, S^T and dP^T 32 each, T 64 (after
 # S^T and dP^T are dead). One warpgroup per program (BLOCK_N = 64) and two programs per SM ran
-# faster than two warpgroups on 128 keys (1.45x vs 1.27x the Triton kernel at 2x16x8192x128).
+# faster than two warpgroups on 128 keys (1.47x vs 1.27x the Triton kernel at 2x16x8192x128).
 # Q^, dO^ and their token-contiguous copies come in by TMA into a ring of STAGES slots. Query
 # tiles run over every query head of the kv head (grouped-query attention): tile `it` counts
 # across heads.
