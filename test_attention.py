@@ -361,10 +361,14 @@ def test_quantize_roundtrip_and_saturation():
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
 
 
+# Shapes for the Gluon kernels against the Triton ones: GQA, N = 1, N not a multiple of the tiles,
+# N >= HOPPER_*_MIN_N at both head dims.
+HOPPER_CASES = [(2, 4, 2, 1000, 64, True), (1, 2, 2, 129, 128, True), (2, 3, 1, 777, 128, False),
+                (1, 4, 4, 4096, 128, True), (1, 4, 2, 4096, 64, True), (4, 2, 2, 77, 64, False), (1, 2, 2, 1, 64, True)]
+
+
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
-@pytest.mark.parametrize("B,H,H_kv,N,D,causal", [(2, 4, 2, 1000, 64, True), (1, 2, 2, 129, 128, True),
-                                                 (2, 3, 1, 777, 128, False), (1, 4, 4, 4096, 128, True),
-                                                 (4, 2, 2, 77, 64, False), (1, 2, 2, 1, 64, True)])
+@pytest.mark.parametrize("B,H,H_kv,N,D,causal", HOPPER_CASES)
 def test_gpu_hopper_forward_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
     """The Gluon forward (attention_fp8_hopper.py, the default on Hopper) against the Triton forward
     on the same FP8 copies: the same LSE up to fp32 rounding, and an O that differs by less than the
@@ -400,9 +404,7 @@ def test_gpu_hopper_forward_then_backward(B, H, H_kv, N, D, causal, monkeypatch)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
-@pytest.mark.parametrize("B,H,H_kv,N,D,causal", [(2, 4, 2, 1000, 64, True), (1, 2, 2, 129, 128, True),
-                                                 (2, 3, 1, 777, 128, False), (1, 4, 4, 4096, 128, True),
-                                                 (1, 4, 2, 4096, 64, True), (1, 2, 2, 1, 64, True)])
+@pytest.mark.parametrize("B,H,H_kv,N,D,causal", HOPPER_CASES)
 def test_gpu_hopper_dkdv_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
     """The Gluon dK/dV kernel (the default on Hopper from HOPPER_BACKWARD_MIN_N) against the Triton
     one, held to the Triton kernel's accuracy against the fp64 reference. Neither gradient is
