@@ -1,6 +1,7 @@
 """
-The FP8 attention forward of attention_fp8.py, written in Gluon for Hopper (sm_90): same inputs,
-same FP8 operands and scales, same O and LSE up to fp32 rounding, so the backward runs unchanged.
+The FP8 attention forward and dK/dV kernel of attention_fp8.py, written in Gluon for Hopper (sm_90):
+same inputs, same FP8 operands and scales. The forward gives the same O and LSE up to fp32 rounding;
+the dK/dV kernel is described where it starts, below the forward.
 
 Why a second forward. Triton issues a tile's dots, exp2 and casts in program order, so the
 tensor cores idle while a warp does its softmax (README, "Speed"). Gluon exposes Hopper's
@@ -24,8 +25,8 @@ O = acc * sv_last / l at the end.
 One warpgroup (4 warps) owns 64 query rows (one query tile, one Q scale), and two programs share
 an SM, so one's softmax can run under the other's dots.
 
-Gluon has no interpreter: CPU CI compiles this kernel for sm_90a (test_attention.py) and the GPU
-tests compare it with the Triton forward.
+Gluon has no interpreter: CPU CI compiles these kernels for sm_90a (test_attention.py) and the GPU
+tests compare them with the Triton kernels.
 """
 import functools
 
@@ -40,7 +41,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 @triton.constexpr_function
 def _q_layout(D, num_warps):
-    """Coalesced loads of a (BLOCK_M, D) BF16 tile: 16 bytes per thread along D."""
+    """Coalesced loads and stores of a (rows, D) tile: 8 consecutive elements per thread along D."""
     tpw_d = min(D // 8, 32)
     return gl.BlockedLayout([1, 8], [32 // tpw_d, tpw_d], [num_warps, 1], [1, 0])
 

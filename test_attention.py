@@ -253,9 +253,10 @@ def test_tiles_of_very_different_scales(order, causal):
 def test_zero_tiles():
     """Whole tiles of zeros: a key tile of V and a query tile of dO (no loss reaches those rows:
     padding, or masked positions in the last layer), with large V and dO. The quantizer flushes such
-    tiles to zero with scale 0, and the Gluon forward, which carries O in the units of V's tile scale,
-    keeps its units across them. With the tiny floor scale the quantizer used to write there,
-    switching units into such a tile overflows fp32 here (O l / scale ~ 1e40 at N = 4096)."""
+    tiles to zero with scale 0, and the Gluon kernels, which carry O (forward) and dV (dK/dV kernel)
+    in the units of V's and dO's tile scales, keep their units across them. With the tiny floor
+    scale the quantizer used to write there, switching units into such a tile would overflow fp32
+    here (by the bound O l / scale ~ 1e40 at N = 4096; not run on that old code)."""
     B, H, N, D = (1, 2, 4096, 128) if ON_GPU else (1, 2, 384, 64)
     q, k, v, do = make_inputs(B, H, H, N, D, seed=31)
     v, do = v * 1e4, do * 1e5
@@ -410,7 +411,7 @@ def test_gpu_hopper_dkdv_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
     one, held to the Triton kernel's accuracy against the fp64 reference. Neither gradient is
     bit-equal: dK's dS^T has a row scale per 64 queries (the Triton kernel's per 32 at D = 128), and
     dV accumulates across query tiles inside the tensor cores, whose FP8 accumulation keeps fewer
-    bits than fp32 (0.3-0.7% apart from the Triton kernel's dV at N = 2048-8192 on the H200)."""
+    bits than fp32 (0.12-0.39% apart from the Triton kernel's dV at N = 2048-32768 on the H200)."""
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=53)
     monkeypatch.setattr(A, "HOPPER_BACKWARD", (D,))
     monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_N", 0)
