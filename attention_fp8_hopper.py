@@ -46,26 +46,53 @@ def _q_layout(D, num_warps):
     return gl.BlockedLayout([1, 8], [32 // tpw_d, tpw_d], [num_warps, 1], [1, 0])
 
 
+@triton.constexpr_function
+def _tree_levels(n):
+    """Column bits of a wgmma accumulator above the lowest three (one register bit, two lane bits):
+    all register bits, so halving along them moves no data."""
+    return max(int(n).bit_length() - 4, 0)
+
+
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, sv, qs, SK, SVT, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+def _row_reduce(x, MAX: gl.constexpr):
+    """Row max (MAX) or row sum of a wgmma accumulator tile x (rows, 2^k columns), as a tree.
+    gl.max(x, 1) folds a thread's values of a row one after another: at 128 columns a chain of 31
+    dependent instructions per row, which two warps per scheduler cannot hide. Halving the
+    columns along register bits gives levels of independent instructions instead; gl.max then
+    finishes the last register pair and the four lanes of a row. Same instruction count."""
+    rows: gl.constexpr = gl.SliceLayout(1, x.type.layout)
+    for _ in gl.static_range(_tree_levels(x.shape[1])):
+        x = gl.reshape(x, [x.shape[0], 2, x.shape[1] // 2])
+        if MAX:
+            x = gl.max(x, 1)
+        else:
+            x = gl.sum(x, 1)
+    if MAX:
+        x = gl.max(x, 1)
+    else:
+        x = gl.sum(x, 1)
+    return gl.convert_layout(x, rows)     # the same rows in the same threads: no data moves
+
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                   MASK: gl.constexpr, s_cols: gl.constexpr, o_rows: gl.constexpr):
     """One tile of the online softmax, in base 2 (see attention_fp8._fwd_inner), f = Q's row scale
-    * K's tile scale * tau * log2(e): returns p~ = exp2(qk * f - m + 8) in fp32, the new m and l,
+    * K's tile scale sk_j * tau * log2(e) (sv_j: V's tile scale, as stored): returns p~ = exp2(qk * f - m + 8) in fp32, the new m and l,
     V's tile scale sv, and c = alpha * sv_before / sv, the factor acc takes before P~ V is added."""
-    f = qs * gl.load(SK + start_n)
+    f = qs * sk_j
     if MASK:
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=s_cols)
         keep = offs_n[None, :] < N
         if CAUSAL:
             keep = keep & (offs_n[None, :] <= offs_m[:, None])
         s = gl.where(keep, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * f)
+    m_new = gl.maximum(m_i, _row_reduce(s, True) * f)
     p = gl.exp2(s * f[:, None] - (m_new - 8.0)[:, None])
     alpha = gl.exp2(m_i - m_new)
-    l_i = l_i * alpha + gl.sum(p, 1)
+    l_i = l_i * alpha + _row_reduce(p, False)
     # A zero tile of V (scale 0) adds nothing to acc: acc keeps its units. Before the first nonzero
     # tile acc is zero, and sv = 0 turns it into the new units as zero.
-    sv_j = gl.load(SVT + start_n)
     sv_j = gl.where(sv_j > 0, sv_j, sv)
     return p, m_new, l_i, sv_j, gl.convert_layout(alpha * gl.where(sv_j > 0, sv / sv_j, 1.0), o_rows)
 
@@ -150,10 +177,16 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     l_i = gl.zeros([BLOCK_M], gl.float32, s_rows)
     sv = gl.load(SVT)
 
+    sk_j = gl.load(SK)
+    sv_j = gl.load(SVT)
     mbarrier.wait(ready.index(0), 0)
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False)
     # Every tile but the last lies below the causal diagonal and inside N: no mask.
     for j in range(0, n_tiles - 1):
+        # The next tile's scales, a tile ahead: loaded where they are used, their latency stalls
+        # the softmax.
+        sk_next = gl.load(SK + (j + 1) * BLOCK_N)
+        sv_next = gl.load(SVT + (j + 1) * BLOCK_N)
         # Every warp is done with tile j - 1 (the wait at the end of the last iteration): refill its slot.
         gl.thread_barrier()
         refill = j - 1 + STAGES
@@ -170,8 +203,8 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         s_next = warpgroup_mma(q_smem, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                is_async=True)
         start_n = j * BLOCK_N
-        p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, SK, SVT, offs_m, start_n, N, BLOCK_N, CAUSAL, False,
-                                           s_cols, o_rows)
+        p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL,
+                                           False, s_cols, o_rows)
         # The wgmma reads P~^ from shared memory: handing it over in registers needs ~250 shuffle
         # instructions per tile into the operand layout (measured slower, README).
         p_smem.store(p.to(gl.float8e4nv))
@@ -181,11 +214,13 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         # Both done before the next softmax. (Letting P V run on into it makes ptxas serialize every
         # wgmma: it gives the next S the registers the softmax still reads.)
         s, acc = warpgroup_mma_wait(0, deps=[s_next, acc])
+        sk_j = sk_next
+        sv_j = sv_next
 
     # The last tile: the causal diagonal, or the end of the keys; masked.
     last = n_tiles - 1
     start_n = last * BLOCK_N
-    p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, SK, SVT, offs_m, start_n, N, BLOCK_N, CAUSAL, True,
+    p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL, True,
                                        s_cols, o_rows)
     p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
     acc = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), acc * c[:, None])
