@@ -127,7 +127,8 @@ def tiles(D):
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N, N_pad, H,
-                   TILE: tl.constexpr, D: tl.constexpr, WRITE_ROWS: tl.constexpr, WRITE_COLS: tl.constexpr):
+                   TILE: tl.constexpr, D: tl.constexpr, WRITE_ROWS: tl.constexpr, WRITE_COLS: tl.constexpr,
+                   PERMUTE_COLS: tl.constexpr):
     pid_t = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -146,18 +147,23 @@ def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N,
     if WRITE_ROWS:
         tl.store(X8 + pid_bh * N_pad * D + rows[:, None] * D + cols[None, :], x8)
     if WRITE_COLS:
-        tl.store(X8T + pid_bh * D * N_pad + cols[:, None] * N_pad + rows[None, :], tl.trans(x8))
+        x8t = tl.trans(x8)
+        if PERMUTE_COLS:    # within each 32 tokens, the order the Gluon forward's P V operand wants:
+            # position k holds token pi(k), bits (k4, k1, k3, k2, k0) (attention_fp8_hopper._p_operand)
+            x8t = tl.reshape(tl.permute(tl.reshape(x8t, [D, TILE // 32, 2, 2, 2, 2, 2]), (0, 1, 2, 4, 5, 3, 6)),
+                             [D, TILE])
+        tl.store(X8T + pid_bh * D * N_pad + cols[:, None] * N_pad + rows[None, :], x8t)
     tl.store(SCALE + pid_bh * N_pad + rows, tl.zeros([TILE], tl.float32) + tl.where(live, amax / 448.0, 0.0))
 
 
 @triton.jit
 def _quantize_kernel(X, sxb, sxh, sxn, sxd, X8, X8T, SX, Y, syb, syh, syn, syd, Y8, Y8T, SY, N, N_pad, H,
                      TILE: tl.constexpr, D: tl.constexpr, X_ROWS: tl.constexpr, X_COLS: tl.constexpr,
-                     Y_ROWS: tl.constexpr, Y_COLS: tl.constexpr):
+                     Y_ROWS: tl.constexpr, Y_COLS: tl.constexpr, PERMUTE_COLS: tl.constexpr = False):
     if tl.program_id(2) == 0:
-        _quantize_tile(X, sxb, sxh, sxn, sxd, X8, X8T, SX, N, N_pad, H, TILE, D, X_ROWS, X_COLS)
+        _quantize_tile(X, sxb, sxh, sxn, sxd, X8, X8T, SX, N, N_pad, H, TILE, D, X_ROWS, X_COLS, PERMUTE_COLS)
     else:
-        _quantize_tile(Y, syb, syh, syn, syd, Y8, Y8T, SY, N, N_pad, H, TILE, D, Y_ROWS, Y_COLS)
+        _quantize_tile(Y, syb, syh, syn, syd, Y8, Y8T, SY, N, N_pad, H, TILE, D, Y_ROWS, Y_COLS, PERMUTE_COLS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,9 +481,10 @@ def _padded(n):
     return triton.cdiv(n, PAD) * PAD
 
 
-def _quantize(specs, tile):
+def _quantize(specs, tile, permute_cols=False):
     """specs: one or two (x, rows, cols) with x (B, H, N, D) of one shape; one launch for all.
-    Returns a list of (x8 or None, x8T or None, scale), see quantize()."""
+    Returns a list of (x8 or None, x8T or None, scale), see quantize(). permute_cols: the x8T
+    copies hold each 32 tokens in the order of attention_fp8_hopper._p_operand."""
     B, H, N, D = specs[0][0].shape
     n_pad = _padded(N)
     args, flags, out = [], [], []
@@ -493,7 +500,7 @@ def _quantize(specs, tile):
         args, flags = args * 2, flags * 2
     _quantize_kernel[(n_pad // tile, B * H, len(specs))](
         *args, N, n_pad, H, TILE=tile, D=D, X_ROWS=flags[0], X_COLS=flags[1], Y_ROWS=flags[2], Y_COLS=flags[3],
-        num_warps=4)
+        PERMUTE_COLS=permute_cols, num_warps=4)
     return out
 
 
@@ -531,10 +538,12 @@ def _forward(q, k, v, causal, sm_scale):
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
     if D in HOPPER_FORWARD and N >= HOPPER_FORWARD_MIN_N and _is_hopper(q.device) and tile["q"] == 64:
         import attention_fp8_hopper       # Gluon; imported only where it runs
+        permuted = attention_fp8_hopper.CONFIGS[D].get("PERMUTED_V", False)
+        (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permuted)
         return attention_fp8_hopper.forward(q, k8, sk, vt8, sv, causal, sm_scale * LOG2E)
+    (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
     o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = CONFIGS[D]["fwd"]

@@ -9,8 +9,12 @@ asynchronous warpgroup MMA, TMA and mbarriers, so the schedule is written out:
 
     iteration j:  refill the slot tile j-1 used with tile j-1+STAGES       (TMA)
                   issue S_{j+1} = Q^ K_{j+1}^T                             (async, tensor cores)
-                  softmax of S_j; P~_j^ to shared memory                   (CUDA cores, meanwhile)
+                  softmax of S_j; P~_j^ in registers                       (CUDA cores, meanwhile)
                   issue O += P~_j^ V^_j; wait for both dots
+
+P~^ goes to the P V wgmma straight from the registers the softmax left it in: V^T's keys are
+stored permuted within each 32 (_p_operand) so that no shuffles are needed. (PERMUTED_V = False:
+P~^ through shared memory, a store, a fence and a barrier per tile; 1.04-1.09x slower, README step 7.)
 
 Letting P V run on into the next softmax too (FlashAttention-3's full overlap) makes ptxas
 serialize every wgmma (advisory C7514), so each iteration ends on both dots. On the H200 this is
@@ -98,10 +102,23 @@ def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: 
 
 
 @gluon.jit
+def _p_operand(p8, p_layout: gl.constexpr):
+    """P~^ (rows, 32 c keys) from the S accumulator's registers to the A operand of the P V wgmma,
+    with the keys of each 32 in the order pi that makes this a relabelling of registers, not a
+    shuffle. Within 32 keys, a thread of the accumulator holds key columns 8 u1 + 2 t + u0 (+16),
+    and the operand wants k = 4 t + u (+16) from it; so operand position k (bits k4..k0) holds key
+    c with c4 = k4, c3 = k1, c2 = k3, c1 = k2, c0 = k0. V^T's keys are stored in that order
+    (attention_fp8._quantize_tile, PERMUTE_COLS), and P~^ V^ sums over keys in any order alike."""
+    x = gl.reshape(p8, [p8.shape[0], p8.shape[1] // 32, 2, 2, 2, 2, 2])     # (row, 32s, c4, c3, c2, c1, c0)
+    x = gl.permute(x, (0, 1, 2, 4, 5, 3, 6))                                # (row, 32s, c4, c2, c1, c3, c0)
+    return gl.convert_layout(gl.reshape(x, [p8.shape[0], p8.shape[1]]), p_layout)
+
+
+@gluon.jit
 def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK, vt_desc, SVT, O, LSE, qk_scale,
                        N, N_pad, H, H_KV, stride_ob, stride_oh, stride_on,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                       STAGES: gl.constexpr):
+                       STAGES: gl.constexpr, PERMUTED_V: gl.constexpr = False):
     # One warpgroup (4 warps) per 64 rows, i.e. per query tile, which has one scale.
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M: one or two query tiles of 64 rows")
     gl.static_assert(STAGES >= 3, "slots for the tile being freed, the tile in P V and the next tile's S")
@@ -149,7 +166,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    # P~^ of the tile in flight, for the P V wgmma
+    # P~^ of the tile in flight, for the P V wgmma when PERMUTED_V is off
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float8e4nv))
     fence_async_shared()     # Q^ and the barriers, before the async proxy (TMA, wgmma) uses them
@@ -205,12 +222,16 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         start_n = j * BLOCK_N
         p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL,
                                            False, s_cols, o_rows)
-        # The wgmma reads P~^ from shared memory: handing it over in registers needs ~250 shuffle
-        # instructions per tile into the operand layout (measured slower, README).
-        p_smem.store(p.to(gl.float8e4nv))
-        fence_async_shared()
-        gl.thread_barrier()
-        acc = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
+        # P~^ in registers, keys in V^T's permuted order: no shuffles (a convert_layout into the
+        # operand layout without the permutation took ~250 per tile, README step 4).
+        if PERMUTED_V:
+            acc = warpgroup_mma(_p_operand(p.to(gl.float8e4nv), p_layout), v_smem.index(j % STAGES).permute((1, 0)),
+                                acc * c[:, None], is_async=True)
+        else:
+            p_smem.store(p.to(gl.float8e4nv))
+            fence_async_shared()
+            gl.thread_barrier()
+            acc = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
         # Both done before the next softmax. (Letting P V run on into it makes ptxas serialize every
         # wgmma: it gives the next S the registers the softmax still reads.)
         s, acc = warpgroup_mma_wait(0, deps=[s_next, acc])
@@ -222,7 +243,10 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     start_n = last * BLOCK_N
     p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL, True,
                                        s_cols, o_rows)
-    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    if PERMUTED_V:
+        p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
+    else:
+        p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
     acc = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), acc * c[:, None])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
@@ -235,8 +259,10 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 
 
 # Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
-# each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight.
-CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3), 128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3)}
+# each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight. PERMUTED_V: P~^ to the
+# P V wgmma in registers, with V^T's keys permuted (attention_fp8._forward makes that copy).
+CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True),
+           128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True)}
 
 
 @functools.lru_cache(maxsize=None)

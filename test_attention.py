@@ -362,6 +362,21 @@ def test_quantize_roundtrip_and_saturation():
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
 
 
+
+def test_quantize_permuted_cols():
+    """The Gluon forward reads V^T with each 32 tokens permuted (attention_fp8_hopper._p_operand):
+    position k holds token pi(k), pi taking key bits (k4, k1, k3, k2, k0) to (c4, c3, c2, c1, c0).
+    The permuted copy must hold the plain copy's columns in exactly that order, scales unchanged."""
+    x = torch.randn(2, 3, 200, 64, device=DEVICE).bfloat16()
+    (_, plain, s_plain), = A._quantize([(x, False, True)], 128)
+    (_, perm, s_perm), = A._quantize([(x, False, True)], 128, permute_cols=True)
+    k = torch.arange(plain.shape[-1])
+    bit = lambda i: (k >> i) & 1    # noqa: E731
+    pi = (k & ~31) | bit(4) << 4 | bit(1) << 3 | bit(3) << 2 | bit(2) << 1 | bit(0)
+    assert sorted(pi.tolist()) == k.tolist()
+    assert torch.equal(perm, plain[:, :, pi.to(plain.device)]), "permuted V^T copy is not the plain one reordered by pi"
+    assert torch.equal(s_perm, s_plain)
+
 # Shapes for the Gluon kernels against the Triton ones: GQA, N = 1, N not a multiple of the tiles,
 # N >= HOPPER_*_MIN_N at both head dims.
 HOPPER_CASES = [(2, 4, 2, 1000, 64, True), (1, 2, 2, 129, 128, True), (2, 3, 1, 777, 128, False),
