@@ -93,6 +93,11 @@ def main():
     print(f"{'D':>4} {'kernel':>10} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10}")
     for D in args.head_dims or A.HEAD_DIMS:
         A.tiles(D)      # refuses an inconsistent CONFIGS[D]
+        # the quantizer as the Gluon forward calls it: K's rows and V^T with each 32 keys permuted
+        regs, spills, shared = resources(A._quantize_kernel, dict(TILE=128, D=D, X_ROWS=True, X_COLS=False, Y_ROWS=False,
+                                                                  Y_COLS=True, PERMUTE_COLS=True), 4, 1)
+        print(f"{D:>4} {'quantize':>10} {'TILE=128 w4, V^T permuted':>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}",
+              flush=True)
         kernels = {"fwd": (A._fwd_kernel, dict(CAUSAL=True)),
                    "dq": (A._bwd_dq_kernel, dict(CAUSAL=True, MATCHED=True, DEBUG=False)),
                    "dkdv": (A._bwd_dkdv_kernel, dict(CAUSAL=True))}

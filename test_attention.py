@@ -279,7 +279,7 @@ def test_kernels_compile_for_hopper():
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     rows = [line.split() for line in run.stdout.splitlines() if line.split()[:1] in (["64"], ["128"])]
     assert [(r[0], r[1]) for r in rows] == [(d, k) for d in ("64", "128")
-                                                for k in ("fwd", "dq", "dkdv", "fwd-gluon", "dkdv-gluon")], \
+                                                for k in ("quantize", "fwd", "dq", "dkdv", "fwd-gluon", "dkdv-gluon")], \
         run.stdout
 
 
