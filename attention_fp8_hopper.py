@@ -82,8 +82,9 @@ def _row_reduce(x, MAX: gl.constexpr):
 def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                   MASK: gl.constexpr, s_cols: gl.constexpr, o_rows: gl.constexpr):
     """One tile of the online softmax, in base 2 (see attention_fp8._fwd_inner), f = Q's row scale
-    * K's tile scale sk_j * tau * log2(e) (sv_j: V's tile scale, as stored): returns p~ = exp2(qk * f - m + 8) in fp32, the new m and l,
-    V's tile scale sv, and c = alpha * sv_before / sv, the factor acc takes before P~ V is added."""
+    * K's tile scale sk_j * tau * log2(e) (sv_j: V's tile scale, as stored): returns p~ =
+    exp2(qk * f - m + 8) in fp32, the new m and l, V's tile scale sv, and c = alpha * sv_before / sv,
+    the factor acc takes before P~ V is added."""
     f = qs * sk_j
     if MASK:
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=s_cols)

@@ -362,7 +362,6 @@ def test_quantize_roundtrip_and_saturation():
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
 
 
-
 def test_quantize_permuted_cols():
     """The Gluon forward reads V^T with each 32 tokens permuted (attention_fp8_hopper._p_operand):
     position k holds token pi(k), pi taking key bits (k4, k1, k3, k2, k0) to (c4, c3, c2, c1, c0).
@@ -376,6 +375,7 @@ def test_quantize_permuted_cols():
     assert sorted(pi.tolist()) == k.tolist()
     assert torch.equal(perm, plain[:, :, pi.to(plain.device)]), "permuted V^T copy is not the plain one reordered by pi"
     assert torch.equal(s_perm, s_plain)
+
 
 # Shapes for the Gluon kernels against the Triton ones: GQA, N = 1, N not a multiple of the tiles,
 # N >= HOPPER_*_MIN_N at both head dims.
