@@ -8,6 +8,7 @@ peak memory, and each method's error against an FP32 reference on the same input
     python bench_attention.py --shapes 4x16x4096x128 --no-causal
     python bench_attention.py --sweep [dkdv ...]   # first try the tilings of SWEEP (all kernels, or these)
     python bench_attention.py --compare /tmp/old.py  # older revision (git show REV:attention_fp8.py) vs current
+    python bench_attention.py --compare /tmp/rev     # ... with its Gluon kernels too (git worktree add /tmp/rev REV)
     python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
     python bench_attention.py --graphs             # forward+backward replayed from CUDA graphs: no host time
 
@@ -22,6 +23,7 @@ import io
 import json
 import os
 import pstats
+import re
 import sys
 import tempfile
 import time
@@ -144,7 +146,8 @@ def main():
     p.add_argument("--json", default=None, help="also write the rows to this file")
     only = p.add_mutually_exclusive_group()
     only.add_argument("--compare", nargs="+", metavar="FILE", help="instead of the table: time these copies of older "
-                      "attention_fp8.py revisions against the current one (and cuDNN) on the same inputs")
+                      "attention_fp8.py revisions (or directories with both kernel files of one) against the "
+                      "current one (and cuDNN) on the same inputs")
     only.add_argument("--profile", action="store_true", help="instead of the table: per-kernel GPU time of fp8 "
                       "forward+backward (matched, stale) against its wall time")
     only.add_argument("--graphs", action="store_true", help="instead of the table: forward+backward of every method "
@@ -241,11 +244,28 @@ def load_revision(path, i):
     """Import a copy of an older attention_fp8.py as a module of its own. Every revision registers the
     custom ops fp8_attention::fwd/bwd at import and a name registers only once per process, so this
     copy gets the namespace fp8_attention_rev{i}. It is imported from a temp file rather than exec'd
-    from a string because @triton.jit reads its functions' source through inspect."""
+    from a string because @triton.jit reads its functions' source through inspect.
+
+    path may also be a directory holding both files of a revision (git worktree add DIR REV): then
+    the copy imports that revision's attention_fp8_hopper.py, as attention_fp8_hopper_rev{i}, instead
+    of the current one, so older Gluon kernels are compared too."""
+    tmp_dir = tempfile.mkdtemp(prefix="bench_attention_")
+    if os.path.isdir(path):
+        hopper = os.path.join(path, "attention_fp8_hopper.py")
+        path = os.path.join(path, "attention_fp8.py")
+    else:
+        hopper = None
     with open(path) as f:
         src = f.read().replace("fp8_attention::", f"fp8_attention_rev{i}::")
+    if hopper and os.path.exists(hopper):
+        hopper_name = f"attention_fp8_hopper_rev{i}"
+        with open(hopper) as f, open(os.path.join(tmp_dir, hopper_name + ".py"), "w") as out:
+            out.write(f.read())
+        src = re.sub(r"import attention_fp8_hopper\b", f"import {hopper_name} as attention_fp8_hopper", src)
+        if tmp_dir not in sys.path:
+            sys.path.insert(0, tmp_dir)
     name = f"attention_fp8_rev{i}"
-    tmp = os.path.join(tempfile.mkdtemp(prefix="bench_attention_"), name + ".py")
+    tmp = os.path.join(tmp_dir, name + ".py")
     with open(tmp, "w") as f:
         f.write(src)
     spec = importlib.util.spec_from_file_location(name, tmp)

@@ -1,0 +1,24 @@
+"""bench_attention.py's --compare loader: a revision given as a directory brings its own Gluon kernels."""
+import inspect
+import os
+import shutil
+
+import bench_attention as B
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_compare_directory_revision_imports_its_own_gluon_module(tmp_path):
+    for name in ("attention_fp8.py", "attention_fp8_hopper.py"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    # mark the copy, so that the test can tell which hopper module the revision imports
+    with open(tmp_path / "attention_fp8_hopper.py", "a") as f:
+        f.write("\nREVISION_MARK = 'copy'\n")
+    mod = B.load_revision(str(tmp_path), 91)
+    imports = [line.strip() for line in inspect.getsource(mod._forward).splitlines() if "import" in line]
+    assert imports and all(line.startswith("import attention_fp8_hopper_rev91 as attention_fp8_hopper")
+                           for line in imports), imports
+    import attention_fp8_hopper_rev91 as hopper
+    assert hopper.REVISION_MARK == "copy"
+    single = B.load_revision(os.path.join(ROOT, "attention_fp8.py"), 92)     # a file: the current kernels
+    assert "import attention_fp8_hopper " in inspect.getsource(single._forward)
