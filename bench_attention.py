@@ -262,8 +262,7 @@ def load_revision(path, i):
         with open(hopper) as f, open(os.path.join(tmp_dir, hopper_name + ".py"), "w") as out:
             out.write(f.read())
         src = re.sub(r"import attention_fp8_hopper\b", f"import {hopper_name} as attention_fp8_hopper", src)
-        if tmp_dir not in sys.path:
-            sys.path.insert(0, tmp_dir)
+        sys.path.insert(0, tmp_dir)     # a fresh directory per revision
     name = f"attention_fp8_rev{i}"
     tmp = os.path.join(tmp_dir, name + ".py")
     with open(tmp, "w") as f:
