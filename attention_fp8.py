@@ -610,8 +610,13 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, de
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
+    gluon = D in HOPPER_BACKWARD and N >= HOPPER_BACKWARD_MIN_N and _is_hopper(q.device) and tile["q"] == 64
+    if gluon:
+        import attention_fp8_hopper       # Gluon; imported only where it runs
+    # The Gluon dK/dV kernel may read Q^T and dO^T with each 32 queries permuted (its PERMUTED_Q).
+    permuted = gluon and attention_fp8_hopper.DKDV_CONFIGS[D].get("PERMUTED_Q", False)
     # Same tiles as the forward for Q and K: bit-identical Q^, K^, hence the forward's S and LSE.
-    (q8, qt8, sq), (do8, dot8, sdo) = _quantize([(q, True, True), (do, True, True)], tile["q"])
+    (q8, qt8, sq), (do8, dot8, sdo) = _quantize([(q, True, True), (do, True, True)], tile["q"], permuted)
     (k8, kt8, sk), (v8, _, sv) = _quantize([(k, True, True), (v, True, False)], tile["k"])
     matched = delta == "matched"
     delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
@@ -622,8 +627,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, de
         q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, lse.stride(0), delta_buf, dq, rowsum, sm_scale, qk_scale,
         N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3],
         D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
-    if D in HOPPER_BACKWARD and N >= HOPPER_BACKWARD_MIN_N and _is_hopper(q.device) and tile["q"] == 64:
-        import attention_fp8_hopper       # Gluon; imported only where it runs
+    if gluon:
         attention_fp8_hopper.dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta_buf, dk, dv, causal,
                                   sm_scale, qk_scale)
     else:

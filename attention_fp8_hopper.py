@@ -296,7 +296,7 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 # and scales). Each warpgroup owns 64 keys; per query tile i (64 rows, one Q and one dO scale):
 #
 #     S^T = K^ Q^_i^T,  dP^T = V^ dO^_i^T         two async wgmmas, issued together
-#     256 P^T = exp2(S^T f - LSE2_i + 8)          once S^T is in; P^T^ to shared memory
+#     256 P^T = exp2(S^T f - LSE2_i + 8)          once S^T is in; P^T^ stays in registers
 #     dV += (256 P^T)^ dO^_i                      async, runs while dS^T is formed
 #     256 dS^T = 256 P^T (dP^T c - delta_i)       once dP^T is in; per-key-row amax -> dS^T^
 #     T = dS^T^ Q^_i;  dK += T * (row scale)      the row scales differ per tile, so T is a
@@ -320,7 +320,8 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 # faster than two warpgroups on 128 keys (1.47x vs 1.27x the Triton kernel at 2x16x8192x128).
 # Q^, dO^ and their token-contiguous copies come in by TMA into a ring of STAGES slots. Query
 # tiles run over every query head of the kv head (grouped-query attention): tile `it` counts
-# across heads.
+# across heads. P^T^ and dS^T^ go to the dV and dK wgmmas as register operands, as P~^ does in the
+# forward: Q^T and dO^T hold each 32 queries permuted (PERMUTED_Q; _p_operand).
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M: gl.constexpr):
@@ -347,7 +348,8 @@ def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_s
                ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n,
                n_m, m_lo, b, hk, group, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-               MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr):
+               MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
+               p_layout: gl.constexpr):
     # Every warp is done with tile it - 1 (the wait at the end of its step): refill its slot.
     gl.thread_barrier()
     refill = it - 1 + STAGES
@@ -374,22 +376,33 @@ def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_s
     if MASK:
         sT = gl.where(offs_m[None, :] >= offs_n[:, None], sT, float("-inf"))
     pT = gl.exp2(sT * (sk_qk * sq) - (lse - 8.0)[None, :])                    # 256 P^T
-    p_smem.store(pT.to(gl.float8e4nv))
-    fence_async_shared()
-    gl.thread_barrier()
+    # P^T^ to the dV wgmma: from registers when dO^T's queries are stored permuted (_p_operand),
+    # else through shared memory (a store, a fence and a barrier).
+    if PERMUTED_Q:
+        p_op = _p_operand(pT.to(gl.float8e4nv), p_layout)
+    else:
+        p_smem.store(pT.to(gl.float8e4nv))
+        fence_async_shared()
+        gl.thread_barrier()
+        p_op = p_smem
     # dV in the units of dO's scale (a zero tile of dO, scale 0, adds nothing: the units stay)
     sdo_new = gl.where(sdo > 0, sdo, sdo_u)
-    dv = warpgroup_mma(p_smem, dot_smem.index(slot).permute((1, 0)),
+    dv = warpgroup_mma(p_op, dot_smem.index(slot).permute((1, 0)),
                        dv * gl.where(sdo_new > 0, sdo_u / sdo_new, 1.0), is_async=True)
 
     dpT = warpgroup_mma_wait(1, deps=[dpT])
     dsT = pT * (dpT * (sv * sdo) - delta[None, :])                            # 256 dS^T
     # one dynamic scale per key row: dK reduces over queries, so it factors out of the dot
     amax = gl.maximum(gl.max(gl.abs(dsT), 1), 1e-30)
-    ds_smem.store((dsT * (448.0 / amax)[:, None]).to(gl.float8e4nv))
-    fence_async_shared()
-    gl.thread_barrier()
-    t = warpgroup_mma(ds_smem, qt_smem.index(slot).permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
+    ds8 = (dsT * (448.0 / amax)[:, None]).to(gl.float8e4nv)
+    if PERMUTED_Q:      # Q^T's queries permuted alike
+        ds_op = _p_operand(ds8, p_layout)
+    else:
+        ds_smem.store(ds8)
+        fence_async_shared()
+        gl.thread_barrier()
+        ds_op = ds_smem
+    t = warpgroup_mma(ds_op, qt_smem.index(slot).permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
                       use_acc=False, is_async=True)
     t, dv = warpgroup_mma_wait(0, deps=[t, dv])
     row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)), gl.SliceLayout(1, o_layout))
@@ -400,7 +413,7 @@ def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_s
 def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_desc, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        STAGES: gl.constexpr):
+                        STAGES: gl.constexpr, PERMUTED_Q: gl.constexpr = False):
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
     gl.static_assert(BLOCK_N % 64 == 0, "one warpgroup per 64 keys")
     WARPS: gl.constexpr = BLOCK_N // 16
@@ -408,6 +421,7 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
                                                        instr_shape=[16, BLOCK_M, 32])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, D, 32])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
     io_layout: gl.constexpr = _q_layout(D, WARPS)
 
     pid_n = gl.program_id(0)      # causal: the first key tiles see the most queries and start first
@@ -467,12 +481,14 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
             dk, dv, sdo_u = _dkdv_tile(g * n_m + j, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
                                        dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO,
                                        LSE, stride_lb, DELTA, sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
-                                       D, BLOCK_N, BLOCK_M, STAGES, False, s_layout, o_layout)
+                                       D, BLOCK_N, BLOCK_M, STAGES, False, PERMUTED_Q, s_layout, o_layout,
+                                       p_layout)
         for j in range(n_m - n_diag, n_m):
             dk, dv, sdo_u = _dkdv_tile(g * n_m + j, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
                                        dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO,
                                        LSE, stride_lb, DELTA, sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
-                                       D, BLOCK_N, BLOCK_M, STAGES, CAUSAL, s_layout, o_layout)
+                                       D, BLOCK_N, BLOCK_M, STAGES, CAUSAL, PERMUTED_Q, s_layout, o_layout,
+                                       p_layout)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
@@ -485,7 +501,8 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
 
 # BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
 # the 64-row query tile. STAGES: query tiles in flight (3 leaves room for one program per SM only).
-DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2), 128: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2)}
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True),
+                128: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True)}
 
 
 @functools.lru_cache(maxsize=None)

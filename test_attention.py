@@ -362,13 +362,15 @@ def test_quantize_roundtrip_and_saturation():
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
 
 
-def test_quantize_permuted_cols():
-    """The Gluon forward reads V^T with each 32 tokens permuted (attention_fp8_hopper._p_operand):
-    position k holds token pi(k), pi taking key bits (k4, k1, k3, k2, k0) to (c4, c3, c2, c1, c0).
-    The permuted copy must hold the plain copy's columns in exactly that order, scales unchanged."""
+@pytest.mark.parametrize("tile", [64, 128])
+def test_quantize_permuted_cols(tile):
+    """The Gluon forward reads V^T (tiles of 128 keys), and the Gluon dK/dV kernel Q^T and dO^T
+    (tiles of 64 queries), with each 32 tokens permuted (attention_fp8_hopper._p_operand): position
+    k holds token pi(k), pi taking bits (k4, k1, k3, k2, k0) to (c4, c3, c2, c1, c0). The permuted
+    copy must hold the plain copy's columns in exactly that order, scales unchanged."""
     x = torch.randn(2, 3, 200, 64, device=DEVICE).bfloat16()
-    (_, plain, s_plain), = A._quantize([(x, False, True)], 128)
-    (_, perm, s_perm), = A._quantize([(x, False, True)], 128, permute_cols=True)
+    (_, plain, s_plain), = A._quantize([(x, False, True)], tile)
+    (_, perm, s_perm), = A._quantize([(x, False, True)], tile, permute_cols=True)
     k = torch.arange(plain.shape[-1])
     bit = lambda i: (k >> i) & 1    # noqa: E731
     pi = (k & ~31) | bit(4) << 4 | bit(1) << 3 | bit(3) << 2 | bit(2) << 1 | bit(0)
