@@ -197,7 +197,10 @@ def _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)      # (BLOCK_M, BLOCK_N)
-        f = qs * tl.load(SK + start_n)                                           # (BLOCK_M,)
+        # A zero tile of Q or K has scale 0 (_quantize_tile), which would make f = 0 and a masked
+        # -inf * f = NaN. Its S is zero whatever f is, so f is floored instead; every kernel that
+        # forms S * f does the same (a zero query tile made every gradient NaN before).
+        f = tl.maximum(qs * tl.load(SK + start_n), 1e-30)                         # (BLOCK_M,)
         m_new = tl.maximum(m_i, tl.max(qk, 1) * f)      # f > 0, so max(qk) * f = max(qk * f)
         p = tl.math.exp2(qk * f[:, None] - (m_new - 8.0)[:, None])               # one FMA, then exp2
         alpha = tl.math.exp2(m_i - m_new)
@@ -277,7 +280,7 @@ def _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N,
     offs_d = tl.arange(0, D)
     qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
     sk = tl.load(SK + start_n)
-    p = tl.math.exp2(qk * (qs * sk)[:, None] - lse[:, None])
+    p = tl.math.exp2(qk * tl.maximum(qs * sk, 1e-30)[:, None] - lse[:, None])     # f floored: see _fwd_inner
     vT = tl.load(V8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
     dp_raw = tl.dot(do, vT)
     return p, dp_raw, sdo * tl.load(SV + start_n), sk
@@ -410,7 +413,7 @@ def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA
         qkT = tl.dot(k, qT)                                                      # (BLOCK_N, BLOCK_M)
         if MASK:
             qkT = tl.where(offs_m[None, :] >= offs_n[:, None], qkT, float("-inf"))
-        pT = tl.math.exp2(qkT * (sk_qk * sq) - (lse - 8.0)[None, :])             # 256 P^T
+        pT = tl.math.exp2(qkT * tl.maximum(sk_qk * sq, 1e-30) - (lse - 8.0)[None, :])     # 256 P^T (f floored)
         do = tl.load(DOT8 + offs_d[None, :] * N_pad + offs_m[:, None])           # (BLOCK_M, D), token-contiguous
         sdo = tl.load(SDO + start_m)
         dv += tl.dot(pT.to(tl.float8e4nv), do) * (sdo / 256.0)

@@ -85,7 +85,7 @@ def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: 
     * K's tile scale sk_j * tau * log2(e) (sv_j: V's tile scale, as stored): returns p~ =
     exp2(qk * f - m + 8) in fp32, the new m and l, V's tile scale sv, and c = alpha * sv_before / sv,
     the factor acc takes before P~ V is added."""
-    f = qs * sk_j
+    f = gl.maximum(qs * sk_j, 1e-30)      # floored: a zero Q or K tile has scale 0 (attention_fp8._fwd_inner)
     if MASK:
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=s_cols)
         keep = offs_n[None, :] < N
@@ -375,7 +375,7 @@ def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_s
     sT = warpgroup_mma_wait(1, deps=[sT])
     if MASK:
         sT = gl.where(offs_m[None, :] >= offs_n[:, None], sT, float("-inf"))
-    pT = gl.exp2(sT * (sk_qk * sq) - (lse - 8.0)[None, :])                    # 256 P^T
+    pT = gl.exp2(sT * gl.maximum(sk_qk * sq, 1e-30) - (lse - 8.0)[None, :])    # 256 P^T (f floored, see above)
     # P^T^ to the dV wgmma: from registers when dO^T's queries are stored permuted (_p_operand),
     # else through shared memory (a store, a fence and a barrier).
     if PERMUTED_Q:

@@ -269,6 +269,23 @@ def test_zero_tiles():
         assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_zero_query_and_key_tiles(causal):
+    """A whole tile of zeros in Q or in K gets scale 0 from the quantizer, so the product of the
+    scales that turns the FP8 dot into S is 0 there, and a masked -inf times 0 is NaN: a zero query
+    tile on the causal diagonal made O and every gradient NaN (muP-style zero-initialized query
+    projections give exactly that at step 0). S of such a tile is zero whatever that factor is, so
+    the kernels floor it; softmax over those rows is then uniform, as in the reference."""
+    B, H, N, D = (1, 2, 4196, 128) if ON_GPU else (1, 2, 350, 64)    # N past a tile: the last is masked
+    q, k, v, do = make_inputs(B, H, H, N, D, seed=33)
+    q[:, :, 128:256] = 0.0                 # a whole query tile (of 64 or 128 rows) or two
+    k[:, :, N // 128 * 128:] = 0.0         # the last key tile: on the diagonal, and cut by N
+    out = run_kernel(q, k, v, do, causal)
+    deq = dequantized_reference(q, k, v, do, causal, 1.0 / math.sqrt(D))
+    for name in ("o", "dq", "dk", "dv"):
+        assert torch.isfinite(out[name]).all(), f"{name} has non-finite values"
+        assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
+
 def test_kernels_compile_for_hopper():
     """The interpreter runs code that Triton's compiler may refuse. Compile every kernel for sm_90a
     too, which needs no GPU (kernel_registers.py; Triton ships the ptxas it calls)."""
