@@ -9,6 +9,7 @@ peak memory, and each method's error against an FP32 reference on the same input
     python bench_attention.py --sweep [dkdv ...]   # first try the tilings of SWEEP (all kernels, or these)
     python bench_attention.py --compare /tmp/old.py  # older revision (git show REV:attention_fp8.py) vs current
     python bench_attention.py --compare /tmp/rev     # ... with its Gluon kernels too (git worktree add /tmp/rev REV)
+    python bench_attention.py --compare /tmp/rev --rounds 5 --shapes 2x16x8192x128   # interleaved rounds, medians
     python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
     python bench_attention.py --graphs             # forward+backward replayed from CUDA graphs: no host time
 
@@ -24,6 +25,7 @@ import json
 import os
 import pstats
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -148,6 +150,7 @@ def main():
     only.add_argument("--compare", nargs="+", metavar="FILE", help="instead of the table: time these copies of older "
                       "attention_fp8.py revisions (or directories with both kernel files of one) against the "
                       "current one (and cuDNN) on the same inputs")
+    p.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds per shape (medians)")
     only.add_argument("--profile", action="store_true", help="instead of the table: per-kernel GPU time of fp8 "
                       "forward+backward (matched, stale) against its wall time")
     only.add_argument("--graphs", action="store_true", help="instead of the table: forward+backward of every method "
@@ -162,7 +165,7 @@ def main():
     if args.graphs:
         return graphed(args.shapes, not args.no_causal)
     if args.compare:
-        rows = compare(args.compare, args.shapes, not args.no_causal)
+        rows = compare(args.compare, args.shapes, not args.no_causal, args.rounds)
     else:
         if args.sweep is not None:
             sweep(args.sweep or list(SWEEP))
@@ -274,50 +277,63 @@ def load_revision(path, i):
     return mod
 
 
-def compare(files, shapes, causal):
-    """Forward and forward+backward (matched) time of each older revision, the current attention_fp8
-    and cuDNN, on identical inputs; speedups are against the first label (the first FILE)."""
+def compare(files, shapes, causal, rounds=3):
+    """Forward, forward+backward (matched) and forward+backward (stale) time of each older revision,
+    the current attention_fp8 and cuDNN, on identical inputs; speedups are against the first label
+    (the first FILE). The labels take turns, `rounds` times (the order reversed every other round,
+    so that neither clock drift nor a neighbour's heat favours one), and each time is the median."""
     mods = []
     for i, path in enumerate(files):
         try:
-            mods.append((os.path.basename(path), load_revision(path, i)))
+            mods.append((os.path.basename(os.path.normpath(path)), load_revision(path, i)))
         except Exception as e:  # a revision that no longer imports: say so, time the others
             print(f"  {path}: {first_line(e)}", file=sys.stderr)
     mods.append(("current", A))
-    fns = [(label, lambda q, k, v, causal, m=m: m.attention(q, k, v, causal=causal, delta="matched"))
-           for label, m in mods] + [("cudnn", METHODS["cudnn"])]
+    fns = [(label, lambda q, k, v, causal, delta="matched", m=m: m.attention(q, k, v, causal=causal, delta=delta))
+           for label, m in mods] + [("cudnn", lambda q, k, v, causal, delta=None: METHODS["cudnn"](q, k, v, causal))]
     base, w = fns[0][0], max(len(label) for label, _ in fns)
-    print(f"\nspeedups are against {base}\n{'label':>{w}} {'shape':>16} {'c':>1} | {'fwd ms':>8} {'TFLOP/s':>7} | "
-          f"{'fwd+bwd ms':>10} {'TFLOP/s':>7} | {'fwd speedup':>11} {'fwd+bwd speedup':>15}", flush=True)
+    print(f"\nspeedups are against {base}; medians of {rounds} interleaved rounds\n"
+          f"{'label':>{w}} {'shape':>16} {'c':>1} | {'fwd ms':>8} {'TFLOP/s':>7} | {'fwd+bwd ms':>10} {'TFLOP/s':>7} | "
+          f"{'fwd speedup':>11} {'fwd+bwd speedup':>15} | {'pre-pass share':>14}", flush=True)
     rows = []
     for s in shapes:
         B, H, N, D = map(int, s.split("x"))
         q, k, v, do = inputs(B, H, N, D)
         fwd_flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
-        first = None
-        for label, f in fns:
+        times, live = {}, []
+        for label, f in fns:    # compile and warm up; a revision that fails here is reported and left out
             qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
             try:
-                with torch.no_grad():
-                    t_fwd = triton.testing.do_bench(lambda: f(q, k, v, causal), warmup=25, rep=150)
-
-                def fwd_bwd():
-                    f(qg, kg, vg, causal).backward(do)
-                t_all = triton.testing.do_bench(fwd_bwd, warmup=25, rep=150, grad_to_none=[qg, kg, vg])
-            except Exception as e:  # e.g. a revision whose kernels no longer compile: report it, go on
+                f(qg, kg, vg, causal).backward(do)
+                live.append((label, f))
+                times[label] = {"fwd": [], "matched": [], "stale": []}
+            except Exception as e:
                 print(f"  {label} {s}: {first_line(e)}", file=sys.stderr)
-                continue
-            if label == base:
-                first = (t_fwd, t_all)
-            r = {"label": label, "shape": f"{B}x{H}x{N}x{D}", "causal": causal,
+        for r in range(rounds):
+            for label, f in (live if r % 2 == 0 else live[::-1]):
+                qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+                with torch.no_grad():
+                    times[label]["fwd"].append(triton.testing.do_bench(lambda: f(q, k, v, causal), warmup=10, rep=60))
+                for delta in ("matched", "stale") if label != "cudnn" else ("matched",):
+                    def fwd_bwd():
+                        f(qg, kg, vg, causal, delta=delta).backward(do)
+                    times[label][delta].append(triton.testing.do_bench(fwd_bwd, warmup=10, rep=60,
+                                                                       grad_to_none=[qg, kg, vg]))
+        med = {label: {key: statistics.median(ts) if ts else float("nan") for key, ts in t.items()}
+               for label, t in times.items()}
+        for label, _ in live:
+            t_fwd, t_all, t_stale = med[label]["fwd"], med[label]["matched"], med[label]["stale"]
+            first = med.get(base)
+            r = {"label": label, "shape": f"{B}x{H}x{N}x{D}", "causal": causal, "rounds": rounds,
                  "fwd_ms": t_fwd, "fwd_tflops": fwd_flops / t_fwd * 1e-9,
                  "fwdbwd_ms": t_all, "fwdbwd_tflops": 3.5 * fwd_flops / t_all * 1e-9,
-                 "fwd_speedup": first[0] / t_fwd if first else float("nan"),
-                 "fwdbwd_speedup": first[1] / t_all if first else float("nan")}
+                 "fwd_speedup": first["fwd"] / t_fwd if first else float("nan"),
+                 "fwdbwd_speedup": first["matched"] / t_all if first else float("nan"),
+                 "prepass_share": (t_all - t_stale) / t_all}
             rows.append(r)
             print(f"{label:>{w}} {r['shape']:>16} {'y' if causal else 'n':>1} | {t_fwd:8.3f} {r['fwd_tflops']:7.0f} | "
-                  f"{t_all:10.3f} {r['fwdbwd_tflops']:7.0f} | {r['fwd_speedup']:11.2f} {r['fwdbwd_speedup']:15.2f}",
-                  flush=True)
+                  f"{t_all:10.3f} {r['fwdbwd_tflops']:7.0f} | {r['fwd_speedup']:11.3f} {r['fwdbwd_speedup']:15.3f} | "
+                  f"{r['prepass_share']:14.1%}", flush=True)
     return rows
 
 
