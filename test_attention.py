@@ -286,6 +286,7 @@ def test_zero_query_and_key_tiles(causal):
         assert torch.isfinite(out[name]).all(), f"{name} has non-finite values"
         assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
 
+
 def test_kernels_compile_for_hopper():
     """The interpreter runs code that Triton's compiler may refuse. Compile every kernel for sm_90a
     too, which needs no GPU (kernel_registers.py; Triton ships the ptxas it calls)."""
