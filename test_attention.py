@@ -465,6 +465,33 @@ def test_gpu_hopper_dkdv_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
+@pytest.mark.parametrize("B,H,H_kv,N,D,causal", [(2, 4, 2, 1000, 64, True), (1, 3, 1, 333, 128, False)],
+                         ids=["gqa-causal-d64", "mqa-d128"])
+def test_gpu_fast_launch_matches_plain_launch(B, H, H_kv, N, D, causal, monkeypatch):
+    """_launch calls the compiled kernels' launchers itself (FAST_LAUNCH): it must launch the very
+    kernels kernel[grid](...) launches, with the same arguments, so every output is bit-identical;
+    a stale cache entry (wrong N, strides or dtype reused) would not be. Inputs with strides of their
+    own (a transposed view, as the GPT block passes) and one 2-byte-misaligned input, which must go
+    the plain path, are both checked."""
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=51)
+    q_strided = q.transpose(1, 2).contiguous().transpose(1, 2)          # (B, N, H, D) memory
+    k_flat = torch.empty(k.numel() + 1, device=k.device, dtype=k.dtype)
+    k_misaligned = k_flat[1:].view(k.shape)                             # data_ptr % 16 == 2
+    k_misaligned.copy_(k)
+    runs = {}
+    for fast in (False, True, True):        # the second fast run is served from the launcher cache
+        monkeypatch.setattr(A, "FAST_LAUNCH", fast)
+        for arm in ("matched", "stale"):
+            for name, (qq, kk) in {"plain": (q, k), "strided": (q_strided, k), "misaligned": (q, k_misaligned)}.items():
+                runs.setdefault((arm, name), []).append(run_kernel(qq, kk, v, do, causal, delta=arm))
+    assert any(key[0] == id(A._quantize_kernel) for key in A._launchers), "the fast path was never taken"
+    for (arm, name), (plain, fast, cached) in runs.items():
+        for t in plain:
+            assert torch.equal(plain[t], fast[t]) and torch.equal(plain[t], cached[t]), \
+                f"{arm} {name}: {t} differs between the plain and the fast launch"
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
 def test_gpu_deterministic():
     B, H, N, D = 2, 8, 2048, 128
     q, k, v, do = make_inputs(B, H, H, N, D, seed=21)
