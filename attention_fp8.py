@@ -521,6 +521,8 @@ def _launch(kernel, grid, args, **constexprs):
     if entry is None or low_bits % 16:
         compiled = kernel[grid](*args, **constexprs)     # compiles on first use, and launches
         if low_bits % 16 == 0:
+            if len(_launchers) >= 4096:     # e.g. many sequence lengths: start over rather than grow
+                _launchers.clear()
             constants = [constexprs.get(p.name, p.default) for p in kernel.params[len(args):]]
             _launchers[key] = (compiled.run, compiled.function, compiled.packed_metadata, constants)
         return
