@@ -492,8 +492,9 @@ def _padded(n):
 # launcher (H200 host), plus the key below. Same compiled kernel, same arguments, bit-identical
 # results; FAST_LAUNCH = False is the plain path.
 # The launcher's calling convention is Triton's own, not a public API: it is used with the Triton
-# it was checked against (3.6), and Triton's launch hooks (proton) do not see these launches.
-FAST_LAUNCH = triton.__version__.startswith("3.6.")
+# it was checked against (3.6), and Triton's launch hooks (proton) do not see these launches. The
+# Triton interpreter (TRITON_INTERPRET=1, which also takes CUDA tensors) has no compiled kernels.
+FAST_LAUNCH = triton.__version__.startswith("3.6.") and os.environ.get("TRITON_INTERPRET") != "1"
 _launchers = {}
 
 
