@@ -500,7 +500,8 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
 
 
 # BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
-# the 64-row query tile. STAGES: query tiles in flight (3 leaves room for one program per SM only).
+# the 64-row query tile. STAGES: query tiles in flight. 3 (112 KiB of shared memory at D = 128,
+# still two programs per SM) measured no faster than 2 (80 KiB): results/dkdv_stages3_h200.txt.
 DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True),
                 128: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True)}
 
