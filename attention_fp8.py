@@ -500,8 +500,9 @@ _launchers = {}
 
 def _launch(kernel, grid, args, **constexprs):
     """kernel[grid](*args, **constexprs). args: the runtime arguments in the kernel's order (tensors,
-    ints, floats); constexprs: the rest, by name, and num_warps / num_stages."""
-    if not (FAST_LAUNCH and args[0].is_cuda):
+    ints, floats, Gluon TensorDescriptors); constexprs: the rest, by name, and num_warps / num_stages."""
+    first = args[0] if isinstance(args[0], torch.Tensor) else args[0].base    # a tensor or a TMA descriptor
+    if not (FAST_LAUNCH and first.is_cuda):
         kernel[grid](*args, **constexprs)       # the Triton interpreter on the CPU takes this path
         return
     device = _driver().get_current_device()
@@ -515,8 +516,11 @@ def _launch(kernel, grid, args, **constexprs):
             low_bits |= ptr
             key.append(a.dtype)
             flat.append(ptr)
-        else:
+        elif isinstance(a, (int, float)):
             key.append(a)
+            flat.append(a)
+        else:   # a Gluon TMA descriptor (16-byte aligned by construction): the launcher encodes it
+            key.append((a.base.dtype, tuple(a.block_shape), a.layout, a.padding))    # what Triton specializes on
             flat.append(a)
     key = tuple(key)
     entry = _launchers.get(key)
@@ -573,16 +577,18 @@ def quantize(x, tile, rows=True, cols=False):
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
 # It needs the forward's query tile of 64 rows (CONFIGS).
 HOPPER_FORWARD = (128,)
-# ... for sequences at least this long. On the GPU the Gluon forward is the faster one at every N
-# measured (4x16x1024x128 replayed from a CUDA graph: 69 vs 76 us), but its launch costs about
-# 100 us more host time (TMA descriptors), so below N = 4096 eager calls wait on the host
-# (4x16x1024x128: 253 vs 156 us; README, "Speed", step 4).
-HOPPER_FORWARD_MIN_N = 4096
-# Head dims and lengths whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
+# Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (dS^T's row scale per 64 queries
 # rather than 32), 1.37-1.42x faster at D = 128 on the H200, and no faster at D = 64 (0.99-1.04x).
 HOPPER_BACKWARD = (128,)
-HOPPER_BACKWARD_MIN_N = 4096
+# ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
+# 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took
+# 0.80-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but
+# the Gluon launches cost more host time (TMA descriptors), and eager calls below this size wait
+# on the host (README, "Speed", step 10). Work sets it, not N: at 1x8x4096x128 the Triton path ran
+# forward + backward 1.42x faster than the Gluon one.
+HOPPER_FORWARD_MIN_SCORES = 2**29
+HOPPER_BACKWARD_MIN_SCORES = 2**29
 
 
 @functools.lru_cache(maxsize=None)
@@ -595,7 +601,7 @@ def _forward(q, k, v, causal, sm_scale):
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    if D in HOPPER_FORWARD and N >= HOPPER_FORWARD_MIN_N and _is_hopper(q.device) and tile["q"] == 64:
+    if D in HOPPER_FORWARD and B * H * N * N >= HOPPER_FORWARD_MIN_SCORES and _is_hopper(q.device) and tile["q"] == 64:
         import attention_fp8_hopper       # Gluon; imported only where it runs
         permuted = attention_fp8_hopper.CONFIGS[D].get("PERMUTED_V", False)
         (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permuted)
@@ -667,7 +673,8 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, de
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    gluon = D in HOPPER_BACKWARD and N >= HOPPER_BACKWARD_MIN_N and _is_hopper(q.device) and tile["q"] == 64
+    gluon = (D in HOPPER_BACKWARD and B * H * N * N >= HOPPER_BACKWARD_MIN_SCORES and _is_hopper(q.device)
+             and tile["q"] == 64)
     if gluon:
         import attention_fp8_hopper       # Gluon; imported only where it runs
     # The Gluon dK/dV kernel may read Q^T and dO^T with each 32 queries permuted (its PERMUTED_Q).

@@ -36,6 +36,8 @@ import functools
 
 import torch
 import triton
+
+import attention_fp8        # its _launch: the compiled kernel's launcher without Triton's per-call binding
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
@@ -285,9 +287,9 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
     vt_desc = TensorDescriptor.from_tensor(vt8.view(BH_kv * D, n_pad), *blocks["vt_desc"])
     o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    _fwd_kernel_hopper[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
-        q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B, *o.stride()[:3],
-        D=D, CAUSAL=causal, num_warps=cfg["BLOCK_M"] // 16, **cfg)
+    attention_fp8._launch(_fwd_kernel_hopper, (triton.cdiv(N, cfg["BLOCK_M"]), B * H),
+                          (q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B,
+                           *o.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_M"] // 16, **cfg)
     return o, lse
 
 
@@ -523,7 +525,7 @@ def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal
     blocks = dkdv_descriptor_blocks(D, cfg["BLOCK_M"])
     descs = {name: TensorDescriptor.from_tensor(x.view(-1, x.shape[-1]), *blocks[name])
              for name, x in (("q_desc", q8), ("qt_desc", qt8), ("do_desc", do8), ("dot_desc", dot8))}
-    _dkdv_kernel_hopper[(triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv)](
-        descs["q_desc"], sq, descs["qt_desc"], k8, sk, v8, sv, descs["do_desc"], sdo, descs["dot_desc"], lse,
-        lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad, BH // B, H_kv, *dk.stride()[:3],
-        D=D, CAUSAL=causal, num_warps=cfg["BLOCK_N"] // 16, **cfg)
+    attention_fp8._launch(_dkdv_kernel_hopper, (triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv),
+                          (descs["q_desc"], sq, descs["qt_desc"], k8, sk, v8, sv, descs["do_desc"], sdo,
+                           descs["dot_desc"], lse, lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad,
+                           BH // B, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_N"] // 16, **cfg)

@@ -26,12 +26,12 @@ if not ON_GPU and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no FP8 GPU and no Triton interpreter", allow_module_level=True)
 
 HOPPER = ON_GPU and A._is_hopper(torch.device("cuda"))
-# On Hopper the Gluon kernels of attention_fp8_hopper.py take over from N = 4096, beyond most shapes
+# On Hopper the Gluon kernels of attention_fp8_hopper.py take over from 2^29 scores (B H N^2), beyond the shapes
 # below. FP8_GLUON_EVERYWHERE=1 runs them at every N and head dim instead, so the whole suite checks
 # them too: on the H200, run it once each way.
 if HOPPER and os.environ.get("FP8_GLUON_EVERYWHERE") == "1":
     A.HOPPER_FORWARD = A.HOPPER_BACKWARD = A.HEAD_DIMS
-    A.HOPPER_FORWARD_MIN_N = A.HOPPER_BACKWARD_MIN_N = 0
+    A.HOPPER_FORWARD_MIN_SCORES = A.HOPPER_BACKWARD_MIN_SCORES = 0
 
 # (B, H, H_kv, N, D, causal): batches and heads > 1, grouped-query attention, N below, across and
 # not a multiple of the 128-row tiles, both head dims. The interpreter costs ~40 ms per tile pair.
@@ -250,13 +250,21 @@ def test_tiles_of_very_different_scales(order, causal):
     assert not failures, "\n".join(failures)
 
 
-def test_zero_tiles():
+def gluon_at_every_size(monkeypatch):
+    """On Hopper: the Gluon kernels at D = 128 however small the problem (HOPPER_*_MIN_SCORES)."""
+    if HOPPER:
+        monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", 0)
+        monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", 0)
+
+
+def test_zero_tiles(monkeypatch):
     """Whole tiles of zeros: a key tile of V and a query tile of dO (no loss reaches those rows:
     padding, or masked positions in the last layer), with large V and dO. The quantizer flushes such
     tiles to zero with scale 0, and the Gluon kernels, which carry O (forward) and dV (dK/dV kernel)
     in the units of V's and dO's tile scales, keep their units across them. With the tiny floor
     scale the quantizer used to write there, switching units into such a tile would overflow fp32
     here (by the bound O l / scale ~ 1e40 at N = 4096; not run on that old code)."""
+    gluon_at_every_size(monkeypatch)
     B, H, N, D = (1, 2, 4096, 128) if ON_GPU else (1, 2, 384, 64)
     q, k, v, do = make_inputs(B, H, H, N, D, seed=31)
     v, do = v * 1e4, do * 1e5
@@ -270,12 +278,13 @@ def test_zero_tiles():
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_zero_query_and_key_tiles(causal):
+def test_zero_query_and_key_tiles(causal, monkeypatch):
     """A whole tile of zeros in Q or in K gets scale 0 from the quantizer, so the product of the
     scales that turns the FP8 dot into S is 0 there, and a masked -inf times 0 is NaN: a zero query
     tile on the causal diagonal made O and every gradient NaN (muP-style zero-initialized query
     projections give exactly that at step 0). S of such a tile is zero whatever that factor is, so
     the kernels floor it; softmax over those rows is then uniform, as in the reference."""
+    gluon_at_every_size(monkeypatch)
     B, H, N, D = (1, 2, 4196, 128) if ON_GPU else (1, 2, 350, 64)    # N past a tile: the last is masked
     q, k, v, do = make_inputs(B, H, H, N, D, seed=33)
     q[:, :, 128:256] = 0.0                 # a whole query tile (of 64 or 128 rows) or two
@@ -398,7 +407,7 @@ def test_quantize_permuted_cols(tile):
 
 
 # Shapes for the Gluon kernels against the Triton ones: GQA, N = 1, N not a multiple of the tiles,
-# N >= HOPPER_*_MIN_N at both head dims.
+# N >= 4096 at both head dims.
 HOPPER_CASES = [(2, 4, 2, 1000, 64, True), (1, 2, 2, 129, 128, True), (2, 3, 1, 777, 128, False),
                 (1, 4, 4, 4096, 128, True), (1, 4, 2, 4096, 64, True), (4, 2, 2, 77, 64, False), (1, 2, 2, 1, 64, True)]
 
@@ -409,10 +418,10 @@ def test_gpu_hopper_forward_matches_triton(B, H, H_kv, N, D, causal, monkeypatch
     """The Gluon forward (attention_fp8_hopper.py, the default on Hopper) against the Triton forward
     on the same FP8 copies: the same LSE up to fp32 rounding, and an O that differs by less than the
     BF16 rounding of O itself. test_gpu_hopper_forward_then_backward runs it through attention();
-    the other cases here have N < HOPPER_FORWARD_MIN_N and run the Triton forward."""
+    the other cases here are smaller than HOPPER_FORWARD_MIN_SCORES and run the Triton forward."""
     q, k, v, _ = make_inputs(B, H, H_kv, N, D, seed=51)
     monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
-    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_N", 0)
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", 0)
     o_gluon, lse_gluon = A._forward(q, k, v, causal, D ** -0.5)
     monkeypatch.setattr(A, "HOPPER_FORWARD", ())
     o_triton, lse_triton = A._forward(q, k, v, causal, D ** -0.5)
@@ -428,7 +437,7 @@ def test_gpu_hopper_forward_then_backward(B, H, H_kv, N, D, causal, monkeypatch)
     the Triton forward's path (and match the fp64 reference like every other case here)."""
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=52)
     monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
-    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_N", 0)
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", 0)
     gluon = run_kernel(q, k, v, do, causal)
     monkeypatch.setattr(A, "HOPPER_FORWARD", ())
     triton_fwd = run_kernel(q, k, v, do, causal)
@@ -442,14 +451,14 @@ def test_gpu_hopper_forward_then_backward(B, H, H_kv, N, D, causal, monkeypatch)
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
 @pytest.mark.parametrize("B,H,H_kv,N,D,causal", HOPPER_CASES)
 def test_gpu_hopper_dkdv_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
-    """The Gluon dK/dV kernel (the default on Hopper from HOPPER_BACKWARD_MIN_N) against the Triton
+    """The Gluon dK/dV kernel (the default on Hopper from HOPPER_BACKWARD_MIN_SCORES) against the Triton
     one, held to the Triton kernel's accuracy against the fp64 reference. Neither gradient is
     bit-equal: dK's dS^T has a row scale per 64 queries (the Triton kernel's per 32 at D = 128), and
     dV accumulates across query tiles inside the tensor cores, whose FP8 accumulation keeps fewer
     bits than fp32 (0.12-0.39% apart from the Triton kernel's dV at N = 2048-32768 on the H200)."""
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=53)
     monkeypatch.setattr(A, "HOPPER_BACKWARD", (D,))
-    monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_N", 0)
+    monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", 0)
     gluon = run_kernel(q, k, v, do, causal)
     monkeypatch.setattr(A, "HOPPER_BACKWARD", ())
     triton_bwd = run_kernel(q, k, v, do, causal)
@@ -465,14 +474,24 @@ def test_gpu_hopper_dkdv_matches_triton(B, H, H_kv, N, D, causal, monkeypatch):
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
+@pytest.mark.parametrize("gluon", [False, pytest.param(True, marks=pytest.mark.skipif(not HOPPER, reason="needs sm_90"))],
+                         ids=["triton", "gluon"])
 @pytest.mark.parametrize("B,H,H_kv,N,D,causal", [(2, 4, 2, 1000, 64, True), (1, 3, 1, 333, 128, False)],
                          ids=["gqa-causal-d64", "mqa-d128"])
-def test_gpu_fast_launch_matches_plain_launch(B, H, H_kv, N, D, causal, monkeypatch):
+def test_gpu_fast_launch_matches_plain_launch(B, H, H_kv, N, D, causal, gluon, monkeypatch):
     """_launch calls the compiled kernels' launchers itself (FAST_LAUNCH): it must launch the very
     kernels kernel[grid](...) launches, with the same arguments, so every output is bit-identical;
     a stale cache entry (wrong N, strides or dtype reused) would not be. Inputs with strides of their
     own (a transposed view, as the GPT block passes) and one 2-byte-misaligned input, which must go
-    the plain path, are both checked."""
+    the plain path, are both checked; gluon=True runs the Gluon forward and dK/dV kernels (their TMA
+    descriptors go through the same launcher) at these sizes."""
+    if gluon:
+        import attention_fp8_hopper as AH
+        monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
+        monkeypatch.setattr(A, "HOPPER_BACKWARD", (D,))
+        monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", 0)
+        monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", 0)
+    monkeypatch.setattr(A, "_launchers", {})      # the first fast run starts from an empty cache
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=51)
     q_strided = q.transpose(1, 2).contiguous().transpose(1, 2)          # (B, N, H, D) memory
     k_flat = torch.empty(k.numel() + 1, device=k.device, dtype=k.dtype)
@@ -484,7 +503,9 @@ def test_gpu_fast_launch_matches_plain_launch(B, H, H_kv, N, D, causal, monkeypa
         for arm in ("matched", "stale"):
             for name, (qq, kk) in {"plain": (q, k), "strided": (q_strided, k), "misaligned": (q, k_misaligned)}.items():
                 runs.setdefault((arm, name), []).append(run_kernel(qq, kk, v, do, causal, delta=arm))
-    assert any(key[0] == id(A._quantize_kernel) for key in A._launchers), "the fast path was never taken"
+    kernels = [A._quantize_kernel] + ([AH._fwd_kernel_hopper, AH._dkdv_kernel_hopper] if gluon else [A._fwd_kernel])
+    for kernel in kernels:
+        assert any(key[0] == id(kernel) for key in A._launchers), f"{kernel.__name__}: the fast path was never taken"
     for (arm, name), (plain, fast, cached) in runs.items():
         for t in plain:
             assert torch.equal(plain[t], fast[t]) and torch.equal(plain[t], cached[t]), \
