@@ -583,10 +583,10 @@ HOPPER_FORWARD = (128,)
 HOPPER_BACKWARD = (128,)
 # ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
 # 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took
-# 0.80-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but
+# 0.81-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but
 # the Gluon launches cost more host time (TMA descriptors), and eager calls below this size wait
 # on the host (README, "Speed", step 10). Work sets it, not N: at 1x8x4096x128 the Triton path ran
-# forward + backward 1.42x faster than the Gluon one.
+# forward + backward 1.42x and 1.65x faster than the Gluon one (two runs).
 HOPPER_FORWARD_MIN_SCORES = 2**29
 HOPPER_BACKWARD_MIN_SCORES = 2**29
 

@@ -485,10 +485,10 @@ def test_gpu_fast_launch_matches_plain_launch(B, H, H_kv, N, D, causal, gluon, m
     own (a transposed view, as the GPT block passes) and one 2-byte-misaligned input, which must go
     the plain path, are both checked; gluon=True runs the Gluon forward and dK/dV kernels (their TMA
     descriptors go through the same launcher) at these sizes."""
+    monkeypatch.setattr(A, "HOPPER_FORWARD", (D,) if gluon else ())     # whatever FP8_GLUON_EVERYWHERE says
+    monkeypatch.setattr(A, "HOPPER_BACKWARD", (D,) if gluon else ())
     if gluon:
         import attention_fp8_hopper as AH
-        monkeypatch.setattr(A, "HOPPER_FORWARD", (D,))
-        monkeypatch.setattr(A, "HOPPER_BACKWARD", (D,))
         monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", 0)
         monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", 0)
     monkeypatch.setattr(A, "_launchers", {})      # the first fast run starts from an empty cache
