@@ -601,7 +601,9 @@ def _forward(q, k, v, causal, sm_scale):
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    if D in HOPPER_FORWARD and B * H * N * N >= HOPPER_FORWARD_MIN_SCORES and _is_hopper(q.device) and tile["q"] == 64:
+    gluon = (D in HOPPER_FORWARD and B * H * N * N >= HOPPER_FORWARD_MIN_SCORES and _is_hopper(q.device)
+             and tile["q"] == 64)
+    if gluon:
         import attention_fp8_hopper       # Gluon; imported only where it runs
         permuted = attention_fp8_hopper.CONFIGS[D].get("PERMUTED_V", False)
         (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permuted)

@@ -36,13 +36,13 @@ import functools
 
 import torch
 import triton
-
-import attention_fp8        # its _launch: the compiled kernel's launcher without Triton's per-call binding
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+import attention_fp8        # its _launch: the compiled kernel's launcher without Triton's per-call binding
 
 
 @triton.constexpr_function
