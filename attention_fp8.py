@@ -786,9 +786,16 @@ def fp8_supported(device=None):
     return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@functools.lru_cache(maxsize=None)
+_FP8_CUDA = {}
+
+
+# Cached: the device query costs host time at every call. A dict rather than functools.lru_cache,
+# and a constant to torch.compile, which would otherwise trace through the cache and warn about it.
+@torch.compiler.assume_constant_result
 def _fp8_cuda(device):
-    return fp8_supported(device)        # cached: the device query costs host time at every call
+    if device not in _FP8_CUDA:
+        _FP8_CUDA[device] = fp8_supported(device)
+    return _FP8_CUDA[device]
 
 
 def _check_inputs(q, k, v, delta):
