@@ -585,7 +585,7 @@ HOPPER_BACKWARD = (128,)
 # 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took
 # 0.81-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but
 # the Gluon launches cost more host time (TMA descriptors), and eager calls below this size wait
-# on the host (README, "Speed", step 10). Work sets it, not N: at 1x8x4096x128 the Triton path ran
+# on the host (SPEED.md, step 10). Work sets it, not N: at 1x8x4096x128 the Triton path ran
 # forward + backward 1.42x and 1.65x faster than the Gluon one (two runs). The backward counts the
 # scores of each launch: of each half where it runs in halves (SPLIT_BYTES).
 HOPPER_FORWARD_MIN_SCORES = 2**29

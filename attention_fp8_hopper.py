@@ -4,7 +4,7 @@ same inputs, same FP8 operands and scales. The forward gives the same O and LSE 
 the dK/dV kernel is described where it starts, below the forward.
 
 Why a second forward. Triton issues a tile's dots, exp2 and casts in program order, so the
-tensor cores idle while a warp does its softmax (README, "Speed"). Gluon exposes Hopper's
+tensor cores idle while a warp does its softmax (SPEED.md). Gluon exposes Hopper's
 asynchronous warpgroup MMA, TMA and mbarriers, so the schedule is written out:
 
     iteration j:  refill the slot tile j-1 used with tile j-1+STAGES       (TMA)
@@ -14,11 +14,11 @@ asynchronous warpgroup MMA, TMA and mbarriers, so the schedule is written out:
 
 P~^ goes to the P V wgmma straight from the registers the softmax left it in: V^T's keys are
 stored permuted within each 32 (_p_operand) so that no shuffles are needed. (PERMUTED_V = False:
-P~^ through shared memory, a store, a fence and a barrier per tile; 1.04-1.09x slower, README step 7.)
+P~^ through shared memory, a store, a fence and a barrier per tile; 1.04-1.09x slower, SPEED.md step 7.)
 
 Letting P V run on into the next softmax too (FlashAttention-3's full overlap) makes ptxas
 serialize every wgmma (advisory C7514), so each iteration ends on both dots. On the H200 this is
-1.08-1.10x the Triton forward at head dim 128 and N >= 4096, and slower at head dim 64 (README,
+1.08-1.10x the Triton forward at head dim 128 and N >= 4096, and slower at head dim 64 (SPEED.md,
 step 4), hence attention_fp8.HOPPER_FORWARD.
 
 The value of V's tile scale rides in the accumulator's units: acc holds O * l / sv_last, so
@@ -226,7 +226,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL,
                                            False, s_cols, o_rows)
         # P~^ in registers, keys in V^T's permuted order: no shuffles (a convert_layout into the
-        # operand layout without the permutation took ~250 per tile, README step 4).
+        # operand layout without the permutation took ~250 per tile, SPEED.md step 4).
         if PERMUTED_V:
             acc = warpgroup_mma(_p_operand(p.to(gl.float8e4nv), p_layout), v_smem.index(j % STAGES).permute((1, 0)),
                                 acc * c[:, None], is_async=True)

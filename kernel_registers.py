@@ -1,7 +1,7 @@
 """Registers and spills of the attention kernels as ptxas builds them for Hopper (sm_90a), on any
 machine: no GPU needed. Triton compiles each kernel to PTX for the target, and the ptxas that ships
 with Triton reports its registers per thread and the bytes it spills. The backward is register-bound
-(README, "Speed"), so this is the first thing to look at after changing a kernel.
+(SPEED.md), so this is the first thing to look at after changing a kernel.
 
     python kernel_registers.py                   # attention_fp8.py and the Gluon kernels of attention_fp8_hopper.py
     python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)

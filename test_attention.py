@@ -235,7 +235,7 @@ def test_tiles_of_very_different_scales(order, causal):
     128-row block. With the causal mask the first query rows see only the first V tile, and the
     last keys only the last dO tile, so any scheme that shares a scale across tiles fails here:
     V's and dO's scales folded into the FP8 P relative to the head's largest scale (to let the
-    tensor cores accumulate P V and P^T dO directly; tried, README) measured dV 0.053 > 0.04 on the
+    tensor cores accumulate P V and P^T dO directly; tried, SPEED.md) measured dV 0.053 > 0.04 on the
     last block."""
     B, H, N, D = 1, 2, 384, 64
     q, k, v, do = make_inputs(B, H, H, N, D, seed=23)
