@@ -575,12 +575,14 @@ def quantize(x, tile, rows=True, cols=False):
 # Head dims whose forward runs, on Hopper GPUs (sm_90), the Gluon kernel of attention_fp8_hopper.py
 # instead of _fwd_kernel: the same FP8 operands and scales, so the same O and LSE up to fp32 rounding,
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
-# It needs the forward's query tile of 64 rows (CONFIGS).
-HOPPER_FORWARD = (128,)
+# It needs the forward's query tile of 64 rows (CONFIGS). At D = 64 it runs three programs per SM
+# (attention_fp8_hopper.CONFIGS' register cap): 1.06-1.10x the Triton forward on the H200 (SPEED.md, step 11).
+HOPPER_FORWARD = (64, 128)
 # Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (dS^T's row scale per 64 queries
-# rather than 32), 1.37-1.42x faster at D = 128 on the H200, and no faster at D = 64 (0.99-1.04x).
-HOPPER_BACKWARD = (128,)
+# rather than 32), 1.37-1.42x faster at D = 128 on the H200; at D = 64, with three programs per SM,
+# forward + backward 1.09-1.12x (both Gluon kernels against both Triton ones; SPEED.md, step 11).
+HOPPER_BACKWARD = (64, 128)
 # ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
 # 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took
 # 0.81-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but

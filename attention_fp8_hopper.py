@@ -264,7 +264,10 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 # Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
 # each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight. PERMUTED_V: P~^ to the
 # P V wgmma in registers, with V^T's keys permuted (attention_fp8._forward makes that copy).
-CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True),
+# maxnreg (a compile option, not a tile): at D = 64 ptxas would take 202 registers per thread, so two
+# programs per SM; capped at 168 (24 bytes spilled), three fit in the 64K registers of an SM, and
+# more warps hide the softmax's latency: 1.06-1.10x the forward (SPEED.md, step 11).
+CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True, maxnreg=168),
            128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True)}
 
 
@@ -504,7 +507,10 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
 # BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
 # the 64-row query tile. STAGES: query tiles in flight. 3 (112 KiB of shared memory at D = 128,
 # still two programs per SM) measured no faster than 2 (80 KiB): results/dkdv_stages3_h200.txt.
-DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True),
+# maxnreg: as for the forward, three programs per SM at D = 64 (186 registers uncapped, 168 with
+# 72 bytes spilled), which made this kernel faster than the Triton one there (SPEED.md, step 11).
+# At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True, maxnreg=168),
                 128: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True)}
 
 

@@ -42,9 +42,10 @@ def arg_type(name):
     return "fp32" if name in FLOAT_SCALARS else "i32"
 
 
-def resources(fn, constexprs, num_warps, num_stages, descriptors=None):
+def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=None):
     """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for sm_90a.
-    descriptors: {argument name: (block shape, shared layout)} of a Gluon kernel's TMA descriptors."""
+    descriptors: {argument name: (block shape, shared layout)} of a Gluon kernel's TMA descriptors;
+    maxnreg: the register cap the launch asks for, if any."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else arg_type(n) for n in names}
     for n, (block, layout) in (descriptors or {}).items():
@@ -53,8 +54,8 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None):
              if signature[n].startswith("*") or (signature[n] == "i32" and n not in UNSPECIALIZED)}
     source = GluonASTSource if descriptors else ASTSource
     src = source(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps,
-                                                                                 num_stages=num_stages))
+    options = dict(num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "kernel.ptx")
@@ -65,6 +66,10 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None):
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     spills = int(re.search(r"(\d+) bytes spill stores", log).group(1))
     return regs, spills, kernel.metadata.shared
+
+
+def cap(maxnreg):
+    return f" r{maxnreg}" if maxnreg else ""
 
 
 def load(path, name="attention_fp8_under_test"):
@@ -103,20 +108,22 @@ def main():
                    "dkdv": (A._bwd_dkdv_kernel, dict(CAUSAL=True))}
         for name, (fn, flags) in kernels.items():
             cfg = dict(A.CONFIGS[D][name])
-            num_warps, num_stages = cfg.pop("num_warps"), cfg.pop("num_stages")
-            regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages)
-            tiling = " ".join(f"{k[6:]}={v}" for k, v in cfg.items()) + f" w{num_warps} s{num_stages}"
+            num_warps, num_stages, maxnreg = cfg.pop("num_warps"), cfg.pop("num_stages"), cfg.pop("maxnreg", None)
+            regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages, maxnreg=maxnreg)
+            tiling = " ".join(f"{k[6:]}={v}" for k, v in cfg.items()) + f" w{num_warps} s{num_stages}" + cap(maxnreg)
             print(f"{D:>4} {name:>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
         if H is not None:      # the Gluon forward and dK/dV kernel for Hopper (attention_fp8_hopper.py)
             cfg = dict(H.CONFIGS[D])
+            maxnreg = cfg.pop("maxnreg", None)
             regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_M"] // 16,
-                                             1, H.descriptor_blocks(D, cfg["BLOCK_N"]))
-            tiling = f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']}"
+                                             1, H.descriptor_blocks(D, cfg["BLOCK_N"]), maxnreg)
+            tiling = f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']}" + cap(maxnreg)
             print(f"{D:>4} {'fwd-gluon':>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
             cfg = dict(H.DKDV_CONFIGS[D])
+            maxnreg = cfg.pop("maxnreg", None)
             regs, spills, shared = resources(H._dkdv_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_N"] // 16,
-                                             1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]))
-            tiling = f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s{cfg['STAGES']}"
+                                             1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]), maxnreg)
+            tiling = f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s{cfg['STAGES']}" + cap(maxnreg)
             print(f"{D:>4} {'dkdv-gluon':>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
 
 
