@@ -581,7 +581,7 @@ HOPPER_FORWARD = (64, 128)
 # Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (dS^T's row scale per 64 queries
 # rather than 32), 1.37-1.42x faster at D = 128 on the H200; at D = 64, with three programs per SM,
-# forward + backward 1.09-1.12x (both Gluon kernels against both Triton ones; SPEED.md, step 11).
+# forward + backward 1.08-1.12x (both Gluon kernels against both Triton ones; SPEED.md, step 11).
 HOPPER_BACKWARD = (64, 128)
 # ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
 # 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took

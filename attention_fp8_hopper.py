@@ -18,16 +18,16 @@ P~^ through shared memory, a store, a fence and a barrier per tile; 1.04-1.09x s
 
 Letting P V run on into the next softmax too (FlashAttention-3's full overlap) makes ptxas
 serialize every wgmma (advisory C7514), so each iteration ends on both dots. On the H200 this is
-1.08-1.10x the Triton forward at head dim 128 and N >= 4096, and slower at head dim 64 (SPEED.md,
-step 4), hence attention_fp8.HOPPER_FORWARD.
+1.08-1.10x the Triton forward at head dim 128 and N >= 4096 (SPEED.md, step 4, and steps 6-7 since);
+at head dim 64 it was no faster until three programs shared an SM (CONFIGS' register cap, step 11).
 
 The value of V's tile scale rides in the accumulator's units: acc holds O * l / sv_last, so
     acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j V^_j
 is exact in real arithmetic (one fp32 multiply per row instead of a second accumulator), and
 O = acc * sv_last / l at the end.
 
-One warpgroup (4 warps) owns 64 query rows (one query tile, one Q scale), and two programs share
-an SM, so one's softmax can run under the other's dots.
+One warpgroup (4 warps) owns 64 query rows (one query tile, one Q scale), and two programs (three
+at head dim 64) share an SM, so one's softmax can run under the others' dots.
 
 Gluon has no interpreter: CPU CI compiles these kernels for sm_90a (test_attention.py) and the GPU
 tests compare them with the Triton kernels.
