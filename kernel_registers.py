@@ -1,7 +1,9 @@
 """Registers and spills of the attention kernels as ptxas builds them for Hopper (sm_90a), on any
 machine: no GPU needed. Triton compiles each kernel to PTX for the target, and the ptxas that ships
-with Triton reports its registers per thread and the bytes it spills. The backward is register-bound
-(SPEED.md), so this is the first thing to look at after changing a kernel.
+with Triton reports its registers per thread and the bytes it spills; "per SM" is how many programs
+of the kernel fit on one SM at once (registers, shared memory, warps). The backward is register-bound
+(SPEED.md), and more programs per SM hide more latency (step 11), so this is the first thing to look
+at after changing a kernel.
 
     python kernel_registers.py                   # attention_fp8.py and the Gluon kernels of attention_fp8_hopper.py
     python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)
@@ -72,6 +74,20 @@ def cap(maxnreg):
     return f" r{maxnreg}" if maxnreg else ""
 
 
+def programs_per_sm(regs, shared, warps):
+    """How many programs of a kernel an H100/H200 SM holds at once: 64K registers, allocated per warp
+    in steps of 256 (8 per thread); 228 KiB of shared memory, of which each program also takes 1 KiB
+    for the system; 64 warps. Registers are what keeps the backward at two (SPEED.md, step 11)."""
+    by_regs = 65536 // (-(-regs // 8) * 8 * 32 * warps)
+    by_shared = 228 * 1024 // (shared + 1024)
+    return min(by_regs, by_shared, 64 // warps)
+
+
+def row(D, name, tiling, regs, spills, shared, warps):
+    print(f"{D:>4} {name:>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f} "
+          f"{programs_per_sm(regs, shared, warps):>11}", flush=True)
+
+
 def load(path, name="attention_fp8_under_test"):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -95,14 +111,14 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.hopper)))
         H = load(args.hopper, "attention_fp8_hopper_under_test")
     print(f"{args.file}: triton {triton.__version__}, target sm_90a, causal, matched delta")
-    print(f"{'D':>4} {'kernel':>10} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10}")
+    print(f"{'D':>4} {'kernel':>10} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10} "
+          f"{'per SM':>11}")
     for D in args.head_dims or A.HEAD_DIMS:
         A.tiles(D)      # refuses an inconsistent CONFIGS[D]
         # the quantizer as the Gluon forward calls it: K's rows and V^T with each 32 keys permuted
         regs, spills, shared = resources(A._quantize_kernel, dict(TILE=128, D=D, X_ROWS=True, X_COLS=False, Y_ROWS=False,
                                                                   Y_COLS=True, PERMUTE_COLS=True), 4, 1)
-        print(f"{D:>4} {'quantize':>10} {'TILE=128 w4, V^T permuted':>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}",
-              flush=True)
+        row(D, "quantize", "TILE=128 w4, V^T permuted", regs, spills, shared, 4)
         kernels = {"fwd": (A._fwd_kernel, dict(CAUSAL=True)),
                    "dq": (A._bwd_dq_kernel, dict(CAUSAL=True, MATCHED=True, DEBUG=False)),
                    "dkdv": (A._bwd_dkdv_kernel, dict(CAUSAL=True))}
@@ -111,20 +127,20 @@ def main():
             num_warps, num_stages, maxnreg = cfg.pop("num_warps"), cfg.pop("num_stages"), cfg.pop("maxnreg", None)
             regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages, maxnreg=maxnreg)
             tiling = " ".join(f"{k[6:]}={v}" for k, v in cfg.items()) + f" w{num_warps} s{num_stages}" + cap(maxnreg)
-            print(f"{D:>4} {name:>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+            row(D, name, tiling, regs, spills, shared, num_warps)
         if H is not None:      # the Gluon forward and dK/dV kernel for Hopper (attention_fp8_hopper.py)
             cfg = dict(H.CONFIGS[D])
             maxnreg = cfg.pop("maxnreg", None)
             regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_M"] // 16,
                                              1, H.descriptor_blocks(D, cfg["BLOCK_N"]), maxnreg)
             tiling = f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']}" + cap(maxnreg)
-            print(f"{D:>4} {'fwd-gluon':>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+            row(D, "fwd-gluon", tiling, regs, spills, shared, cfg["BLOCK_M"] // 16)
             cfg = dict(H.DKDV_CONFIGS[D])
             maxnreg = cfg.pop("maxnreg", None)
             regs, spills, shared = resources(H._dkdv_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_N"] // 16,
                                              1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]), maxnreg)
             tiling = f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s{cfg['STAGES']}" + cap(maxnreg)
-            print(f"{D:>4} {'dkdv-gluon':>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f}", flush=True)
+            row(D, "dkdv-gluon", tiling, regs, spills, shared, cfg["BLOCK_N"] // 16)
 
 
 if __name__ == "__main__":
