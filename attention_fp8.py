@@ -97,12 +97,14 @@ HEAD_DIMS = (64, 128)
 #   the key tile (K, K^T, V, V^T) = the largest BLOCK_N of the three kernels; every BLOCK_N divides it
 #       (block sizes are powers of two).
 # The dQ kernel reads per-row scales of Q and dO, so its BLOCK_M is free.
+# SCALES_AHEAD (dQ kernel): the pre-pass loads K's and V's tile scales a tile ahead instead of at the
+# top of each step; faster at D = 64, slower at D = 128 (SPEED.md, step 12).
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
-         "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
+         "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, SCALES_AHEAD=True),
          "dkdv": dict(BLOCK_N=64, BLOCK_M=64, num_warps=4, num_stages=3)},
     128: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
-          "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+          "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, SCALES_AHEAD=False),
           "dkdv": dict(BLOCK_N=128, BLOCK_M=32, num_warps=8, num_stages=3)},
 }
 
@@ -273,25 +275,38 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
 #   main loop: dS_ij = P_ij (dP_ij - delta_i);  dQ_i = tau sum_j dS^_ij K^_j
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N,
+def _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, sv, start_n, offs_m, N,
                D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
-    """P, the raw dot dO^ V^T^ and its row scale c (dP = raw * c), and K's tile scale."""
+    """P, the raw dot dO^ V^T^ and its row scale c (dP = raw * c), from K's and V's tile scales sk, sv."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
-    sk = tl.load(SK + start_n)
     p = tl.math.exp2(qk * tl.maximum(qs * sk, 1e-30)[:, None] - lse[:, None])     # f floored: see _fwd_inner
     vT = tl.load(V8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
     dp_raw = tl.dot(do, vT)
-    return p, dp_raw, sdo * tl.load(SV + start_n), sk
+    return p, dp_raw, sdo * sv
 
 
 @triton.jit
 def _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, lo, hi, N,
-                 D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+                 D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
+                 SCALES_AHEAD: tl.constexpr):
+    # Triton's pipeliner leaves the loads of K's and V's tile scales synchronous in this loop (not in
+    # _dq_inner's). Loaded where they are used, each waited out a trip to global memory after a dot,
+    # on every tile. So they come before the dots, or a tile ahead (SCALES_AHEAD), whichever ran
+    # faster at the head dim (CONFIGS; SPEED.md, step 12).
+    sk_next = tl.load(SK + lo, mask=lo < hi, other=0.0)
+    sv_next = tl.load(SV + lo, mask=lo < hi, other=0.0)
     for start_n in range(lo, hi, BLOCK_N):
-        p, dp_raw, c, sk = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N,
-                                      CAUSAL, MASK)
+        if SCALES_AHEAD:
+            sk = sk_next
+            sv = sv_next
+            sk_next = tl.load(SK + start_n + BLOCK_N, mask=start_n + BLOCK_N < hi, other=0.0)
+            sv_next = tl.load(SV + start_n + BLOCK_N, mask=start_n + BLOCK_N < hi, other=0.0)
+        else:
+            sk = tl.load(SK + start_n)
+            sv = tl.load(SV + start_n)
+        p, dp_raw, c = _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, sv, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
         pdp += tl.sum(p * dp_raw, 1) * c       # c is constant along the row: scale the row sum once
         r += tl.sum(p, 1)
     return pdp, r
@@ -303,8 +318,9 @@ def _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8,
               DEBUG: tl.constexpr):
     offs_d = tl.arange(0, D)
     for start_n in range(lo, hi, BLOCK_N):
-        p, dp_raw, c, sk = _p_dp_tile(q, qs, do, sdo, lse, K8, SK, V8, SV, start_n, offs_m, N, D, BLOCK_N,
-                                      CAUSAL, MASK)
+        sk = tl.load(SK + start_n)      # here the pipeliner loads the scales ahead itself
+        p, dp_raw, c = _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, tl.load(SV + start_n), start_n, offs_m, N, D,
+                                  BLOCK_N, CAUSAL, MASK)
         ds = p * (dp_raw * c[:, None] - delta[:, None])
         if DEBUG:   # the invariant (*) and its natural size, for tests
             rowsum += tl.sum(ds, 1)
@@ -324,7 +340,7 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, stride_lb,
                    N, N_pad, H, H_KV, stride_dob, stride_doh, stride_don, stride_dod, stride_ob, stride_oh, stride_on,
                    stride_dqb, stride_dqh, stride_dqn,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                   MATCHED: tl.constexpr, DEBUG: tl.constexpr):
+                   MATCHED: tl.constexpr, DEBUG: tl.constexpr, SCALES_AHEAD: tl.constexpr = False):
     pid_m = tl.program_id(0)
     if CAUSAL:      # longest rows first, as in the forward
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -362,9 +378,9 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, stride_lb,
         pdp = tl.zeros([BLOCK_M], tl.float32)
         r = tl.zeros([BLOCK_M], tl.float32)
         pdp, r = _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, 0, n_free, N,
-                              D, BLOCK_N, CAUSAL, False)
+                              D, BLOCK_N, CAUSAL, False, SCALES_AHEAD)
         pdp, r = _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, n_free, n_end, N,
-                              D, BLOCK_N, CAUSAL, True)
+                              D, BLOCK_N, CAUSAL, True, SCALES_AHEAD)
         delta = tl.where(row_ok, pdp / tl.where(row_ok, r, 1.0), 0.0)
     else:           # FlashAttention's delta from the forward's output: stale under FP8
         do_hi = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_don + offs_d[None, :] * stride_dod,

@@ -349,9 +349,23 @@ def _dkdv_load(it, slot, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_s
 
 
 @gluon.jit
-def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem, dot_smem, p_smem, ds_smem,
-               ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n,
-               n_m, m_lo, b, hk, group, H, N, N_pad,
+def _dkdv_rows(it, LSE, stride_lb, DELTA, SQ, SDO, n_m, m_lo, b, hk, group, H, N, N_pad, BLOCK_M: gl.constexpr,
+               s_layout: gl.constexpr):
+    """LSE and delta of query tile `it`'s rows, and its Q and dO scales."""
+    bh, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    # Query rows past N get LSE = +inf, hence P = 0 (their dO^ rows are zero too).
+    lse = gl.load(LSE + b * stride_lb + (bh - b * H) * N + offs_m, mask=offs_m < N, other=float("inf"))
+    delta = gl.load(DELTA + bh * N_pad + offs_m)
+    sq = gl.load(SQ + bh * N_pad + start_m)
+    sdo = gl.load(SDO + bh * N_pad + start_m)
+    return lse, delta, sq, sdo
+
+
+@gluon.jit
+def _dkdv_tile(it, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem, dot_smem,
+               p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv,
+               offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                p_layout: gl.constexpr):
@@ -367,15 +381,13 @@ def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_s
     sT = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dpT = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
 
-    # while they run: this tile's LSE, delta and scales
-    bh, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
-    h = bh - b * H
+    # While they run, the next tile's LSE, delta and scales: this tile's came a tile ago. Loaded
+    # here for this tile, their trip to global memory outlasted the two wgmmas and stalled the
+    # softmax on every tile (SPEED.md, step 12).
+    _, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    # Query rows past N get LSE = +inf, hence P = 0 (their dO^ rows are zero too).
-    lse = gl.load(LSE + b * stride_lb + h * N + offs_m, mask=offs_m < N, other=float("inf"))
-    delta = gl.load(DELTA + bh * N_pad + offs_m)
-    sq = gl.load(SQ + bh * N_pad + start_m)
-    sdo = gl.load(SDO + bh * N_pad + start_m)
+    lse_n, delta_n, sq_n, sdo_n = _dkdv_rows(gl.minimum(it + 1, n_tiles - 1), LSE, stride_lb, DELTA, SQ, SDO, n_m,
+                                             m_lo, b, hk, group, H, N, N_pad, BLOCK_M, s_layout)
 
     sT = warpgroup_mma_wait(1, deps=[sT])
     if MASK:
@@ -411,7 +423,7 @@ def _dkdv_tile(it, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_s
                       use_acc=False, is_async=True)
     t, dv = warpgroup_mma_wait(0, deps=[t, dv])
     row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)), gl.SliceLayout(1, o_layout))
-    return dk + t * row_scale[:, None], dv, sdo_new
+    return lse_n, delta_n, sq_n, sdo_n, dk + t * row_scale[:, None], dv, sdo_new
 
 
 @gluon.jit
@@ -480,20 +492,22 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
     dk = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
+    lse, delta, sq, sdo = _dkdv_rows(0, LSE, stride_lb, DELTA, SQ, SDO, n_m, m_lo, b, hk, group, H, N, N_pad, BLOCK_M,
+                                     s_layout)
     sdo_u = gl.load(SDO + (b * H + hk * group) * N_pad + m_end - BLOCK_M)    # dv's units: the first tile's dO scale
     for g in range(group):
         for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
-            dk, dv, sdo_u = _dkdv_tile(g * n_m + j, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
-                                       dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO,
-                                       LSE, stride_lb, DELTA, sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
-                                       D, BLOCK_N, BLOCK_M, STAGES, False, PERMUTED_Q, s_layout, o_layout,
-                                       p_layout)
+            lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
+                g * n_m + j, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
+                dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA,
+                sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad, D, BLOCK_N, BLOCK_M, STAGES, False,
+                PERMUTED_Q, s_layout, o_layout, p_layout)
         for j in range(n_m - n_diag, n_m):
-            dk, dv, sdo_u = _dkdv_tile(g * n_m + j, n_tiles, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
-                                       dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO,
-                                       LSE, stride_lb, DELTA, sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
-                                       D, BLOCK_N, BLOCK_M, STAGES, CAUSAL, PERMUTED_Q, s_layout, o_layout,
-                                       p_layout)
+            lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
+                g * n_m + j, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
+                dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA,
+                sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad, D, BLOCK_N, BLOCK_M, STAGES, CAUSAL,
+                PERMUTED_Q, s_layout, o_layout, p_layout)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 

@@ -211,8 +211,9 @@ def sweep(kernels):
             if kernel not in kernels:
                 continue
             best_t, best = float("inf"), A.CONFIGS[D][kernel]
+            flags = {k: v for k, v in best.items() if k not in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
             for bm, bn, w, st in cands:
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, **flags)     # flags such as SCALES_AHEAD stay
                 A.CONFIGS[D][kernel] = cfg
                 try:
                     A.tiles(D)
