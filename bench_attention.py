@@ -10,6 +10,7 @@ peak memory, and each method's error against an FP32 reference on the same input
     python bench_attention.py --compare /tmp/old.py  # older revision (git show REV:attention_fp8.py) vs current
     python bench_attention.py --compare /tmp/rev     # ... with its Gluon kernels too (git worktree add /tmp/rev REV)
     python bench_attention.py --compare /tmp/rev --rounds 5 --shapes 2x16x8192x128   # interleaved rounds, medians
+    python bench_attention.py --compare /tmp/rev --kernels   # GPU time per kernel instead of wall time (less noise)
     python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
     python bench_attention.py --graphs             # forward+backward replayed from CUDA graphs: no host time
 
@@ -151,6 +152,9 @@ def main():
                       "attention_fp8.py revisions (or directories with both kernel files of one) against the "
                       "current one (and cuDNN) on the same inputs")
     p.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds per shape (medians)")
+    p.add_argument("--kernels", action="store_true", help="instead of the table, or with --compare: GPU time per "
+                   "kernel (torch profiler), matched and stale, with the pre-pass's share of GPU time; free of the "
+                   "host's noise")
     only.add_argument("--profile", action="store_true", help="instead of the table: per-kernel GPU time of fp8 "
                       "forward+backward (matched, stale) against its wall time")
     only.add_argument("--graphs", action="store_true", help="instead of the table: forward+backward of every method "
@@ -164,6 +168,8 @@ def main():
         return profile(args.shapes, not args.no_causal)
     if args.graphs:
         return graphed(args.shapes, not args.no_causal)
+    if args.kernels:
+        return compare_kernels(args.compare or [], args.shapes, not args.no_causal, max(args.rounds, 5))
     if args.compare:
         rows = compare(args.compare, args.shapes, not args.no_causal, args.rounds)
     else:
@@ -380,6 +386,61 @@ def graphed(shapes, causal):
                 continue
             print(f"{name:>12} {s:>16} {'y' if causal else 'n':>1} | {t_eager:8.3f} {fwd_bwd_flops / t_eager * 1e-9:7.0f} | "
                   f"{t_graph:8.3f} {fwd_bwd_flops / t_graph * 1e-9:7.0f}", flush=True)
+
+
+KERNEL_KINDS = (("fwd", "_fwd_kernel"), ("dq", "_bwd_dq_kernel"), ("dkdv", "dkdv_kernel"), ("quant", "_quantize"))
+
+
+def compare_kernels(files, shapes, causal, rounds, calls=6):
+    """As compare(), but each label's time is the GPU time of its kernels (torch profiler), summed over
+    `calls` forward+backward calls, by kernel (forward, dQ with the pre-pass, dK/dV, quantize) and in
+    all; medians of `rounds` interleaved rounds. Host time and launch gaps are left out, so differences
+    of 1% show (the same code twice reads within about 0.3% on the H200, where wall-time --compare
+    runs can swing the identical forward by several percent). Stale rows give the pre-pass's share
+    of GPU time: (matched - stale) / matched."""
+    labels = [(os.path.basename(os.path.normpath(p)), load_revision(p, i)) for i, p in enumerate(files)]
+    labels.append(("current", A))
+    runs = [(label + suffix, m, delta) for label, m in labels
+            for suffix, delta in (("", "matched"), (" stale", "stale"))]
+    for s in shapes:
+        B, H, N, D = map(int, s.split("x"))
+        q, k, v, do = inputs(B, H, N, D)
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+
+        def fwd_bwd(m, delta):
+            q.grad = k.grad = v.grad = None     # no grad-accumulation kernels
+            m.attention(q, k, v, causal=causal, delta=delta).backward(do)
+        for _, m, delta in runs:     # compile and warm up
+            fwd_bwd(m, delta)
+        times = {label: {kind: [] for kind, _ in KERNEL_KINDS + (("all", ""),)} for label, _, _ in runs}
+        for r in range(rounds):
+            for label, m, delta in (runs if r % 2 == 0 else runs[::-1]):
+                torch.cuda.synchronize()
+                with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(calls):
+                        fwd_bwd(m, delta)
+                    torch.cuda.synchronize()
+                per_kind = dict.fromkeys(times[label], 0.0)
+                for e in prof.events():
+                    if e.device_type == DeviceType.CUDA:
+                        kind = next((kind for kind, key in KERNEL_KINDS if key in e.name), None)
+                        if kind:
+                            per_kind[kind] += e.time_range.elapsed_us() / calls
+                        per_kind["all"] += e.time_range.elapsed_us() / calls
+                for kind, t in per_kind.items():
+                    times[label][kind].append(t)
+        med = {label: {kind: statistics.median(ts) for kind, ts in t.items()} for label, t in times.items()}
+        base = med[runs[0][0]]
+        print(f"\n{s} causal={'y' if causal else 'n'}: GPU us per forward+backward by kernel (medians of {rounds} "
+              f"interleaved rounds of {calls} calls; speedups against {runs[0][0]})")
+        for label, _, delta in runs:
+            t = med[label]
+            share = ""
+            if delta == "stale":
+                matched = med[label[:-len(" stale")]]["all"]
+                share = f" | pre-pass {(matched - t['all']) / matched:.1%} of GPU time"
+            print(f"{label:>16}: " + "  ".join(f"{kind} {t[kind]:8.1f} ({base[kind] / t[kind]:.3f}x)"
+                                               for kind in t if base[kind] > 0 and t[kind] > 0) + share, flush=True)
 
 
 def profile(shapes, causal, iters=5):
