@@ -295,8 +295,9 @@ def _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, lo, hi, N,
     # _dq_inner's). Loaded where they are used, each waited out a trip to global memory after a dot,
     # on every tile. So they come before the dots, or a tile ahead (SCALES_AHEAD), whichever ran
     # faster at the head dim (CONFIGS; SPEED.md, step 12).
-    sk_next = tl.load(SK + lo, mask=lo < hi, other=0.0)
-    sv_next = tl.load(SV + lo, mask=lo < hi, other=0.0)
+    if SCALES_AHEAD:
+        sk_next = tl.load(SK + lo, mask=lo < hi, other=0.0)
+        sv_next = tl.load(SV + lo, mask=lo < hi, other=0.0)
     for start_n in range(lo, hi, BLOCK_N):
         if SCALES_AHEAD:
             sk = sk_next
@@ -319,8 +320,8 @@ def _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8,
     offs_d = tl.arange(0, D)
     for start_n in range(lo, hi, BLOCK_N):
         sk = tl.load(SK + start_n)      # here the pipeliner loads the scales ahead itself
-        p, dp_raw, c = _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, tl.load(SV + start_n), start_n, offs_m, N, D,
-                                  BLOCK_N, CAUSAL, MASK)
+        sv = tl.load(SV + start_n)
+        p, dp_raw, c = _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, sv, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
         ds = p * (dp_raw * c[:, None] - delta[:, None])
         if DEBUG:   # the invariant (*) and its natural size, for tests
             rowsum += tl.sum(ds, 1)
