@@ -284,18 +284,23 @@ def load_revision(path, i):
     return mod
 
 
-def compare(files, shapes, causal, rounds=3):
-    """Forward, forward+backward (matched) and forward+backward (stale) time of each older revision,
-    the current attention_fp8 and cuDNN, on identical inputs; speedups are against the first label
-    (the first FILE). The labels take turns, `rounds` times (the order reversed every other round,
-    so that neither clock drift nor a neighbour's heat favours one), and each time is the median."""
+def revisions(files):
+    """(label, module) of each older revision in files, then ("current", attention_fp8)."""
     mods = []
     for i, path in enumerate(files):
         try:
             mods.append((os.path.basename(os.path.normpath(path)), load_revision(path, i)))
         except Exception as e:  # a revision that no longer imports: say so, time the others
             print(f"  {path}: {first_line(e)}", file=sys.stderr)
-    mods.append(("current", A))
+    return mods + [("current", A)]
+
+
+def compare(files, shapes, causal, rounds=3):
+    """Forward, forward+backward (matched) and forward+backward (stale) time of each older revision,
+    the current attention_fp8 and cuDNN, on identical inputs; speedups are against the first label
+    (the first FILE). The labels take turns, `rounds` times (the order reversed every other round,
+    so that neither clock drift nor a neighbour's heat favours one), and each time is the median."""
+    mods = revisions(files)
     fns = [(label, lambda q, k, v, causal, delta="matched", m=m: m.attention(q, k, v, causal=causal, delta=delta))
            for label, m in mods] + [("cudnn", lambda q, k, v, causal, delta=None: METHODS["cudnn"](q, k, v, causal))]
     base, w = fns[0][0], max(len(label) for label, _ in fns)
@@ -398,9 +403,7 @@ def compare_kernels(files, shapes, causal, rounds, calls=6):
     of 1% show (the same code twice reads within about 0.3% on the H200, where wall-time --compare
     runs can swing the identical forward by several percent). Stale rows give the pre-pass's share
     of GPU time: (matched - stale) / matched."""
-    labels = [(os.path.basename(os.path.normpath(p)), load_revision(p, i)) for i, p in enumerate(files)]
-    labels.append(("current", A))
-    runs = [(label + suffix, m, delta) for label, m in labels
+    runs = [(label + suffix, m, delta) for label, m in revisions(files)
             for suffix, delta in (("", "matched"), (" stale", "stale"))]
     for s in shapes:
         B, H, N, D = map(int, s.split("x"))
