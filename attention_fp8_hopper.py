@@ -323,23 +323,26 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 # Registers per thread at D = 128: dK and dV take 64 each, S^T and dP^T 32 each, T 64 (after
 # S^T and dP^T are dead). One warpgroup per program (BLOCK_N = 64) and two programs per SM ran
 # faster than two warpgroups on 128 keys (1.47x vs 1.27x the Triton kernel at 2x16x8192x128).
-# Q^, dO^ and their token-contiguous copies come in by TMA into a ring of STAGES slots. Query
+# Q^, dO^ and their token-contiguous copies come in by TMA into two slots. Query
 # tiles run over every query head of the kv head (grouped-query attention): tile `it` counts
 # across heads. P^T^ and dS^T^ go to the dV and dK wgmmas as register operands, as P~^ does in the
 # forward: Q^T and dO^T hold each 32 queries permuted (PERMUTED_Q; _p_operand).
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
-def _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M: gl.constexpr):
-    """(batch * H + query head, first query row) of query tile `it` of this program. Each head's
-    tiles run from the last query tile back to the diagonal (see the comment above)."""
-    bh = b * H + hk * group + it // n_m
-    return bh, m_lo + (n_m - 1 - it % n_m) * BLOCK_M
+def _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M: gl.constexpr):
+    """(batch * H + query head, first query row) of the query tile after tile `it` at (bh, start_m):
+    each head's tiles run from the last (m_first) back to the diagonal (m_lo, see above), then the
+    next query head's. The last tile has none after it and gives itself. Carried from tile to tile
+    rather than derived from `it`: dividing `it` by the tiles per head took three integer divisions
+    per tile, 8% of this kernel's stall samples (ncu, SPEED.md step 13)."""
+    more = it + 1 < n_tiles
+    wrap = more & (start_m == m_lo)
+    return gl.where(wrap, bh + 1, bh), gl.where(wrap, m_first, gl.where(more, start_m - BLOCK_M, start_m))
 
 
 @gluon.jit
-def _dkdv_load(it, slot, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
-               n_m, m_lo, b, hk, group, H, N_pad, pred, D: gl.constexpr, BLOCK_M: gl.constexpr):
-    bh, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
+def _dkdv_load(bh, start_m, slot, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
+               N_pad, pred, D: gl.constexpr, BLOCK_M: gl.constexpr):
     bar = ready.index(slot)
     mbarrier.expect(bar, 4 * BLOCK_M * D, pred=pred)
     tma.async_copy_global_to_shared(q_desc, [bh * N_pad + start_m, 0], bar, q_smem.index(slot), pred=pred)
@@ -349,10 +352,9 @@ def _dkdv_load(it, slot, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_s
 
 
 @gluon.jit
-def _dkdv_rows(it, LSE, stride_lb, DELTA, SQ, SDO, n_m, m_lo, b, hk, group, H, N, N_pad, BLOCK_M: gl.constexpr,
+def _dkdv_rows(bh, start_m, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOCK_M: gl.constexpr,
                s_layout: gl.constexpr):
-    """LSE and delta of query tile `it`'s rows, and its Q and dO scales."""
-    bh, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
+    """LSE and delta of the query tile's rows, and its Q and dO scales."""
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     # Query rows past N get LSE = +inf, hence P = 0 (their dO^ rows are zero too).
     lse = gl.load(LSE + b * stride_lb + (bh - b * H) * N + offs_m, mask=offs_m < N, other=float("inf"))
@@ -363,20 +365,21 @@ def _dkdv_rows(it, LSE, stride_lb, DELTA, SQ, SDO, n_m, m_lo, b, hk, group, H, N
 
 
 @gluon.jit
-def _dkdv_tile(it, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem, dot_smem,
-               p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv,
-               offs_n, n_m, m_lo, b, hk, group, H, N, N_pad,
-               D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
+               dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA,
+               sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad,
+               D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                p_layout: gl.constexpr):
-    # Every warp is done with tile it - 1 (the wait at the end of its step): refill its slot.
+    # Two slots: this tile's and the next's. Every warp is done with tile it - 1 (the wait at the
+    # end of its step), so its slot takes the next tile.
     gl.thread_barrier()
-    refill = it - 1 + STAGES
-    _dkdv_load(refill, refill % STAGES, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem,
-               dot_smem, n_m, m_lo, b, hk, group, H, N_pad, (it >= 1) & (refill < n_tiles), D, BLOCK_M)
+    bh_n, start_m_n = _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M)
+    _dkdv_load(bh_n, start_m_n, (it + 1) % 2, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem,
+               dot_smem, N_pad, it + 1 < n_tiles, D, BLOCK_M)
 
-    slot = it % STAGES
-    mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
+    slot = it % 2
+    mbarrier.wait(ready.index(slot), (it // 2) & 1)
     s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
     sT = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dpT = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -384,10 +387,9 @@ def _dkdv_tile(it, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, 
     # While they run, the next tile's LSE, delta and scales: this tile's came a tile ago. Loaded
     # here for this tile, their trip to global memory outlasted the two wgmmas and stalled the
     # softmax on every tile (SPEED.md, step 12).
-    _, start_m = _dkdv_coords(it, n_m, m_lo, b, hk, group, H, BLOCK_M)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    lse_n, delta_n, sq_n, sdo_n = _dkdv_rows(gl.minimum(it + 1, n_tiles - 1), LSE, stride_lb, DELTA, SQ, SDO, n_m,
-                                             m_lo, b, hk, group, H, N, N_pad, BLOCK_M, s_layout)
+    lse_n, delta_n, sq_n, sdo_n = _dkdv_rows(bh_n, start_m_n, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad,
+                                             BLOCK_M, s_layout)
 
     sT = warpgroup_mma_wait(1, deps=[sT])
     if MASK:
@@ -430,7 +432,7 @@ def _dkdv_tile(it, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, 
 def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_desc, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        STAGES: gl.constexpr, PERMUTED_Q: gl.constexpr = False):
+                        PERMUTED_Q: gl.constexpr = False):
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
     gl.static_assert(BLOCK_N % 64 == 0, "one warpgroup per 64 keys")
     WARPS: gl.constexpr = BLOCK_N // 16
@@ -458,13 +460,13 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
     sk_qk = gl.load(SK + pid_bhk * N_pad + start_n) * qk_scale
     sv = gl.load(SV + pid_bhk * N_pad + start_n)
 
-    # Q^, dO^ (rows) and Q^T, dO^T (token-contiguous) tiles: a ring of STAGES slots, one mbarrier each
-    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_M, D], do_desc.layout)
-    qt_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BLOCK_M], qt_desc.layout)
-    dot_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BLOCK_M], dot_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
+    # Q^, dO^ (rows) and Q^T, dO^T (token-contiguous) tiles: two slots, one mbarrier each
+    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_M, D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_M, D], do_desc.layout)
+    qt_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, D, BLOCK_M], qt_desc.layout)
+    dot_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, D, BLOCK_M], dot_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
         mbarrier.init(ready.index(i), count=1)
     # P^T^ and dS^T^ of the tile in flight, for the dV and dK wgmmas
     pt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], gl.float8e4nv)
@@ -485,30 +487,30 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
         n_diag = 0
     n_m = (m_end - m_lo) // BLOCK_M
     n_tiles = group * n_m
-    for t in gl.static_range(STAGES):
-        _dkdv_load(t, t, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
-                   n_m, m_lo, b, hk, group, H, N_pad, t < n_tiles, D, BLOCK_M)
+    bh0 = b * H + hk * group        # the kv head's first query head
+    m_first = m_end - BLOCK_M       # each head's first query tile (see above)
+    _dkdv_load(bh0, m_first, 0, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
+               N_pad, True, D, BLOCK_M)
 
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
     dk = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
-    lse, delta, sq, sdo = _dkdv_rows(0, LSE, stride_lb, DELTA, SQ, SDO, n_m, m_lo, b, hk, group, H, N, N_pad, BLOCK_M,
-                                     s_layout)
-    sdo_u = gl.load(SDO + (b * H + hk * group) * N_pad + m_end - BLOCK_M)    # dv's units: the first tile's dO scale
+    lse, delta, sq, sdo = _dkdv_rows(bh0, m_first, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOCK_M, s_layout)
+    sdo_u = sdo     # dv's units: the first tile's dO scale
     for g in range(group):
         for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
-                g * n_m + j, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
-                dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA,
-                sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad, D, BLOCK_N, BLOCK_M, STAGES, False,
-                PERMUTED_Q, s_layout, o_layout, p_layout)
+                g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem,
+                v_smem, q_smem, qt_smem, do_smem, dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc,
+                SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
+                False, PERMUTED_Q, s_layout, o_layout, p_layout)
         for j in range(n_m - n_diag, n_m):
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
-                g * n_m + j, n_tiles, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
-                dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA,
-                sk_qk, sv, offs_n, n_m, m_lo, b, hk, group, H, N, N_pad, D, BLOCK_N, BLOCK_M, STAGES, CAUSAL,
-                PERMUTED_Q, s_layout, o_layout, p_layout)
-    for i in gl.static_range(STAGES):
+                g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem,
+                v_smem, q_smem, qt_smem, do_smem, dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc,
+                SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
+                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout)
+    for i in gl.static_range(2):
         mbarrier.invalidate(ready.index(i))
 
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
@@ -519,13 +521,13 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
 
 
 # BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
-# the 64-row query tile. STAGES: query tiles in flight. 3 (112 KiB of shared memory at D = 128,
-# still two programs per SM) measured no faster than 2 (80 KiB): results/dkdv_stages3_h200.txt.
+# the 64-row query tile. Two query tiles in flight: a third slot (112 KiB of shared memory at
+# D = 128, still two programs per SM) measured no faster, twice (results/dkdv_stages3_h200.txt).
 # maxnreg: as for the forward, three programs per SM at D = 64 (186 registers uncapped, 168 with
 # 72 bytes spilled), which made this kernel faster than the Triton one there (SPEED.md, step 11).
 # At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
-DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True, maxnreg=168),
-                128: dict(BLOCK_N=64, BLOCK_M=64, STAGES=2, PERMUTED_Q=True)}
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, maxnreg=168),
+                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True)}
 
 
 @functools.lru_cache(maxsize=None)
