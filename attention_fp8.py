@@ -565,12 +565,18 @@ def _quantize(specs, tile, permute_cols=False):
     copies hold each 32 tokens in the order of attention_fp8_hopper._p_operand."""
     B, H, N, D = specs[0][0].shape
     n_pad = _padded(N)
+    device = specs[0][0].device
+    # One buffer per layout for both specs, x's copy then y's: the Gluon dK/dV kernel brings a tile
+    # of Q^ and of dO^ (of Q^T and dO^T) in with one TMA copy (attention_fp8_hopper.dkdv).
+    rows_buf = torch.empty((sum(rows for _, rows, _ in specs), B * H, n_pad, D), device=device, dtype=FP8)
+    cols_buf = torch.empty((sum(cols for _, _, cols in specs), B * H, D, n_pad), device=device, dtype=FP8)
+    scales = torch.empty((len(specs), B * H, n_pad), device=device, dtype=torch.float32)
     args, flags, out = [], [], []
-    for x, rows, cols in specs:
+    for i, (x, rows, cols) in enumerate(specs):
         assert x.shape == specs[0][0].shape
-        x8 = torch.empty((B * H, n_pad, D), device=x.device, dtype=FP8) if rows else None
-        x8t = torch.empty((B * H, D, n_pad), device=x.device, dtype=FP8) if cols else None
-        scale = torch.empty((B * H, n_pad), device=x.device, dtype=torch.float32)
+        x8 = rows_buf[sum(r for _, r, _ in specs[:i])] if rows else None
+        x8t = cols_buf[sum(c for _, _, c in specs[:i])] if cols else None
+        scale = scales[i]
         args += [x, *x.stride(), x8 if rows else scale, x8t if cols else scale, scale]
         flags += [rows, cols]
         out.append((x8, x8t, scale))

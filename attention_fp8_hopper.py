@@ -323,7 +323,7 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 # Registers per thread at D = 128: dK and dV take 64 each, S^T and dP^T 32 each, T 64 (after
 # S^T and dP^T are dead). One warpgroup per program (BLOCK_N = 64) and two programs per SM ran
 # faster than two warpgroups on 128 keys (1.47x vs 1.27x the Triton kernel at 2x16x8192x128).
-# Q^, dO^ and their token-contiguous copies come in by TMA into two slots. Query
+# Q^, dO^ and their token-contiguous copies come in by TMA into two slots, two copies per tile. Query
 # tiles run over every query head of the kv head (grouped-query attention): tile `it` counts
 # across heads. P^T^ and dS^T^ go to the dV and dK wgmmas as register operands, as P~^ does in the
 # forward: Q^T and dO^T hold each 32 queries permuted (PERMUTED_Q; _p_operand).
@@ -341,14 +341,12 @@ def _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
-def _dkdv_load(bh, start_m, slot, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
+def _dkdv_load(bh, start_m, slot, ready, qdo_desc, qdot_desc, qdo_smem, qdot_smem,
                N_pad, pred, D: gl.constexpr, BLOCK_M: gl.constexpr):
     bar = ready.index(slot)
     mbarrier.expect(bar, 4 * BLOCK_M * D, pred=pred)
-    tma.async_copy_global_to_shared(q_desc, [bh * N_pad + start_m, 0], bar, q_smem.index(slot), pred=pred)
-    tma.async_copy_global_to_shared(do_desc, [bh * N_pad + start_m, 0], bar, do_smem.index(slot), pred=pred)
-    tma.async_copy_global_to_shared(qt_desc, [bh * D, start_m], bar, qt_smem.index(slot), pred=pred)
-    tma.async_copy_global_to_shared(dot_desc, [bh * D, start_m], bar, dot_smem.index(slot), pred=pred)
+    tma.async_copy_global_to_shared(qdo_desc, [0, bh * N_pad + start_m, 0], bar, qdo_smem.index(slot), pred=pred)
+    tma.async_copy_global_to_shared(qdot_desc, [0, bh * D, start_m], bar, qdot_smem.index(slot), pred=pred)
 
 
 @gluon.jit
@@ -365,8 +363,8 @@ def _dkdv_rows(bh, start_m, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOC
 
 
 @gluon.jit
-def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, q_smem, qt_smem, do_smem,
-               dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc, SQ, SDO, LSE, stride_lb, DELTA,
+def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, qdo_smem, qdot_smem,
+               p_smem, ds_smem, ready, qdo_desc, qdot_desc, SQ, SDO, LSE, stride_lb, DELTA,
                sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
@@ -375,14 +373,21 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
     # end of its step), so its slot takes the next tile.
     gl.thread_barrier()
     bh_n, start_m_n = _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M)
-    _dkdv_load(bh_n, start_m_n, (it + 1) % 2, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem,
-               dot_smem, N_pad, it + 1 < n_tiles, D, BLOCK_M)
+    _dkdv_load(bh_n, start_m_n, (it + 1) % 2, ready, qdo_desc, qdot_desc, qdo_smem, qdot_smem,
+               N_pad, it + 1 < n_tiles, D, BLOCK_M)
 
     slot = it % 2
     mbarrier.wait(ready.index(slot), (it // 2) & 1)
+    # Each slot holds the [2, ...] box of one TMA copy: Q^'s tile above dO^'s (Q^T's above dO^T's).
+    qdo = qdo_smem.index(slot).reshape([2 * BLOCK_M, D])
+    qdot = qdot_smem.index(slot).reshape([2 * D, BLOCK_M])
+    q_smem = qdo.slice(0, BLOCK_M)
+    do_smem = qdo.slice(BLOCK_M, BLOCK_M)
+    qt_smem = qdot.slice(0, D)
+    dot_smem = qdot.slice(D, D)
     s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
-    sT = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    dpT = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
 
     # While they run, the next tile's LSE, delta and scales: this tile's came a tile ago. Loaded
     # here for this tile, their trip to global memory outlasted the two wgmmas and stalled the
@@ -406,7 +411,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
         p_op = p_smem
     # dV in the units of dO's scale (a zero tile of dO, scale 0, adds nothing: the units stay)
     sdo_new = gl.where(sdo > 0, sdo, sdo_u)
-    dv = warpgroup_mma(p_op, dot_smem.index(slot).permute((1, 0)),
+    dv = warpgroup_mma(p_op, dot_smem.permute((1, 0)),
                        dv * gl.where(sdo_new > 0, sdo_u / sdo_new, 1.0), is_async=True)
 
     dpT = warpgroup_mma_wait(1, deps=[dpT])
@@ -421,7 +426,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
         fence_async_shared()
         gl.thread_barrier()
         ds_op = ds_smem
-    t = warpgroup_mma(ds_op, qt_smem.index(slot).permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
+    t = warpgroup_mma(ds_op, qt_smem.permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
                       use_acc=False, is_async=True)
     t, dv = warpgroup_mma_wait(0, deps=[t, dv])
     row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)), gl.SliceLayout(1, o_layout))
@@ -429,7 +434,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
 
 
 @gluon.jit
-def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_desc, LSE, stride_lb, DELTA, DK, DV,
+def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
                         PERMUTED_Q: gl.constexpr = False):
@@ -460,11 +465,13 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
     sk_qk = gl.load(SK + pid_bhk * N_pad + start_n) * qk_scale
     sv = gl.load(SV + pid_bhk * N_pad + start_n)
 
-    # Q^, dO^ (rows) and Q^T, dO^T (token-contiguous) tiles: two slots, one mbarrier each
-    q_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_M, D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_M, D], do_desc.layout)
-    qt_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, D, BLOCK_M], qt_desc.layout)
-    dot_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, D, BLOCK_M], dot_desc.layout)
+    # Q^, dO^ (rows) and Q^T, dO^T (token-contiguous) tiles: two slots, one mbarrier each. Q^ and dO^
+    # are the two halves of one buffer (attention_fp8._quantize), so one TMA copy of a [2, 64, D] box
+    # brings both tiles (and one of [2, D, 64] Q^T's and dO^T's): two copies per tile instead of four,
+    # whose predicates, descriptor addresses and barriers took 16% of this kernel's stall samples
+    # (ncu) and the copies half of that. 1.05x (SPEED.md, step 13).
+    qdo_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 2, BLOCK_M, D], qdo_desc.layout)
+    qdot_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 2, D, BLOCK_M], qdot_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(ready.index(i), count=1)
@@ -489,7 +496,7 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
     n_tiles = group * n_m
     bh0 = b * H + hk * group        # the kv head's first query head
     m_first = m_end - BLOCK_M       # each head's first query tile (see above)
-    _dkdv_load(bh0, m_first, 0, ready, q_desc, qt_desc, do_desc, dot_desc, q_smem, qt_smem, do_smem, dot_smem,
+    _dkdv_load(bh0, m_first, 0, ready, qdo_desc, qdot_desc, qdo_smem, qdot_smem,
                N_pad, True, D, BLOCK_M)
 
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
@@ -501,13 +508,13 @@ def _dkdv_kernel_hopper(q_desc, SQ, qt_desc, K8, SK, V8, SV, do_desc, SDO, dot_d
         for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem,
-                v_smem, q_smem, qt_smem, do_smem, dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc,
+                v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
                 False, PERMUTED_Q, s_layout, o_layout, p_layout)
         for j in range(n_m - n_diag, n_m):
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem,
-                v_smem, q_smem, qt_smem, do_smem, dot_smem, p_smem, ds_smem, ready, q_desc, qt_desc, do_desc, dot_desc,
+                v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
                 CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout)
     for i in gl.static_range(2):
@@ -532,9 +539,16 @@ DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, maxnreg=168),
 
 @functools.lru_cache(maxsize=None)
 def dkdv_descriptor_blocks(D, BLOCK_M):
-    rows, cols = [BLOCK_M, D], [D, BLOCK_M]
-    blocks = {"q_desc": rows, "do_desc": rows, "qt_desc": cols, "dot_desc": cols}
+    blocks = {"qdo_desc": [2, BLOCK_M, D], "qdot_desc": [2, D, BLOCK_M]}
     return {name: (block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)) for name, block in blocks.items()}
+
+
+def _pair(x, y):
+    """x and y, the two halves of one buffer (attention_fp8._quantize makes them so), as one
+    (2, rows, cols) tensor: a TMA box of [2, ...] brings a tile of each in one copy."""
+    if not (x.is_contiguous() and y.is_contiguous() and y.data_ptr() - x.data_ptr() == x.numel()):
+        raise ValueError("attention_fp8_hopper.dkdv: Q^ and dO^ (Q^T and dO^T) must be the halves of one buffer")
+    return x.as_strided((2, x.numel() // x.shape[-1], x.shape[-1]), (x.numel(), x.shape[-1], 1))
 
 
 def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal, sm_scale, qk_scale, config=None):
@@ -545,9 +559,9 @@ def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal
     BH, n_pad, _ = q8.shape
     cfg = dict(config or DKDV_CONFIGS[D])
     blocks = dkdv_descriptor_blocks(D, cfg["BLOCK_M"])
-    descs = {name: TensorDescriptor.from_tensor(x.view(-1, x.shape[-1]), *blocks[name])
-             for name, x in (("q_desc", q8), ("qt_desc", qt8), ("do_desc", do8), ("dot_desc", dot8))}
+    descs = {name: TensorDescriptor.from_tensor(_pair(x, y), *blocks[name])
+             for name, x, y in (("qdo_desc", q8, do8), ("qdot_desc", qt8, dot8))}
     attention_fp8._launch(_dkdv_kernel_hopper, (triton.cdiv(N, cfg["BLOCK_N"]), B * H_kv),
-                          (descs["q_desc"], sq, descs["qt_desc"], k8, sk, v8, sv, descs["do_desc"], sdo,
-                           descs["dot_desc"], lse, lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad,
+                          (descs["qdo_desc"], sq, descs["qdot_desc"], k8, sk, v8, sv, sdo,
+                           lse, lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad,
                            BH // B, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_N"] // 16, **cfg)

@@ -413,6 +413,24 @@ def test_quantize_permuted_cols(tile):
     assert torch.equal(s_perm, s_plain)
 
 
+def test_quantize_pairs_for_one_tma_copy():
+    """The Gluon dK/dV kernel brings a tile of Q^ and of dO^ (of Q^T and dO^T) in with one TMA copy
+    of a [2, ...] box (attention_fp8_hopper._pair), which holds only if _quantize puts the two
+    copies one after the other in one buffer: each pair must read back as itself through _pair,
+    and two copies that are not such a pair must be refused, not read wrongly."""
+    gluon = pytest.importorskip("triton.experimental.gluon")   # noqa: F841
+    import attention_fp8_hopper as AH
+    q, do = (torch.randn(2, 3, 200, 64, device=DEVICE).bfloat16() for _ in range(2))
+    (q8, qt8, _), (do8, dot8, _) = A._quantize([(q, True, True), (do, True, True)], 64)
+    for x, y in ((q8, do8), (qt8, dot8)):
+        pair = AH._pair(x, y)
+        bits = lambda t: t.view(torch.uint8)     # noqa: E731
+        assert torch.equal(bits(pair[0]).view_as(x), bits(x)) and torch.equal(bits(pair[1]).view_as(y), bits(y))
+    (lone8, _, _), = A._quantize([(do, True, False)], 64)
+    with pytest.raises(ValueError, match="halves of one buffer"):
+        AH._pair(q8, lone8)
+
+
 # Shapes for the Gluon kernels against the Triton ones: GQA, N = 1, N not a multiple of the tiles,
 # N >= 4096 at both head dims.
 HOPPER_CASES = [(2, 4, 2, 1000, 64, True), (1, 2, 2, 129, 128, True), (2, 3, 1, 777, 128, False),
