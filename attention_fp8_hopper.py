@@ -333,8 +333,8 @@ def _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M: gl.constexpr):
     """(batch * H + query head, first query row) of the query tile after tile `it` at (bh, start_m):
     each head's tiles run from the last (m_first) back to the diagonal (m_lo, see above), then the
     next query head's. The last tile has none after it and gives itself. Carried from tile to tile
-    rather than derived from `it`: dividing `it` by the tiles per head took three integer divisions
-    per tile, 8% of this kernel's stall samples (ncu, SPEED.md step 13)."""
+    rather than derived from `it`: dividing `it` by the tiles per head cost integer divisions in
+    three places per tile, 63 of the loop's 749 instructions at D = 128 (SPEED.md, step 13)."""
     more = it + 1 < n_tiles
     wrap = more & (start_m == m_lo)
     return gl.where(wrap, bh + 1, bh), gl.where(wrap, m_first, gl.where(more, start_m - BLOCK_M, start_m))
@@ -467,9 +467,9 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 
     # Q^, dO^ (rows) and Q^T, dO^T (token-contiguous) tiles: two slots, one mbarrier each. Q^ and dO^
     # are the two halves of one buffer (attention_fp8._quantize), so one TMA copy of a [2, 64, D] box
-    # brings both tiles (and one of [2, D, 64] Q^T's and dO^T's): two copies per tile instead of four,
-    # whose predicates, descriptor addresses and barriers took 16% of this kernel's stall samples
-    # (ncu) and the copies half of that. 1.05x (SPEED.md, step 13).
+    # brings both tiles (and one of [2, D, 64] Q^T's and dO^T's): two copies per tile instead of four.
+    # The four, with their predicates, descriptor addresses and barriers, held about 16% of this
+    # kernel's stall samples (ncu); two made it 1.05x faster (SPEED.md, step 13).
     qdo_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 2, BLOCK_M, D], qdo_desc.layout)
     qdot_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, 2, D, BLOCK_M], qdot_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
