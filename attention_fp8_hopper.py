@@ -553,7 +553,8 @@ def _pair(x, y):
 
 def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal, sm_scale, qk_scale, config=None):
     """dK and dV into dk, dv (B, H_kv, N, D) from the FP8 copies attention_fp8._backward_piece makes
-    (q8, do8 (B*H, N_pad, D); qt8, dot8 (B*H, D, N_pad); k8, v8 (B*H_kv, N_pad, D); scales per row),
+    (q8, do8 (B*H, N_pad, D) and qt8, dot8 (B*H, D, N_pad), each pair the two halves of one buffer
+    (_pair); k8, v8 (B*H_kv, N_pad, D); scales per row),
     lse (B, H, N) and delta (B*H, N_pad)."""
     B, H_kv, N, D = dk.shape
     BH, n_pad, _ = q8.shape
