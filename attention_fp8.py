@@ -571,12 +571,12 @@ def _quantize(specs, tile, permute_cols=False):
     rows_buf = torch.empty((sum(rows for _, rows, _ in specs), B * H, n_pad, D), device=device, dtype=FP8)
     cols_buf = torch.empty((sum(cols for _, _, cols in specs), B * H, D, n_pad), device=device, dtype=FP8)
     scales = torch.empty((len(specs), B * H, n_pad), device=device, dtype=torch.float32)
+    rows_left, cols_left = iter(rows_buf), iter(cols_buf)
     args, flags, out = [], [], []
-    for i, (x, rows, cols) in enumerate(specs):
+    for (x, rows, cols), scale in zip(specs, scales):
         assert x.shape == specs[0][0].shape
-        x8 = rows_buf[sum(r for _, r, _ in specs[:i])] if rows else None
-        x8t = cols_buf[sum(c for _, _, c in specs[:i])] if cols else None
-        scale = scales[i]
+        x8 = next(rows_left) if rows else None
+        x8t = next(cols_left) if cols else None
         args += [x, *x.stride(), x8 if rows else scale, x8t if cols else scale, scale]
         flags += [rows, cols]
         out.append((x8, x8t, scale))

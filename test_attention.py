@@ -418,7 +418,7 @@ def test_quantize_pairs_for_one_tma_copy():
     of a [2, ...] box (attention_fp8_hopper._pair), which holds only if _quantize puts the two
     copies one after the other in one buffer: each pair must read back as itself through _pair,
     and two copies that are not such a pair must be refused, not read wrongly."""
-    gluon = pytest.importorskip("triton.experimental.gluon")   # noqa: F841
+    pytest.importorskip("triton.experimental.gluon")
     import attention_fp8_hopper as AH
     q, do = (torch.randn(2, 3, 200, 64, device=DEVICE).bfloat16() for _ in range(2))
     (q8, qt8, _), (do8, dot8, _) = A._quantize([(q, True, True), (do, True, True)], 64)
