@@ -101,7 +101,7 @@ HEAD_DIMS = (64, 128)
 # top of each step; faster at D = 64, slower at D = 128 (SPEED.md, step 12).
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
-         "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, SCALES_AHEAD=True),
+         "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, SCALES_AHEAD=True, maxnreg=168),
          "dkdv": dict(BLOCK_N=64, BLOCK_M=64, num_warps=4, num_stages=3)},
     128: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
           "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, SCALES_AHEAD=False),
@@ -128,6 +128,19 @@ def tiles(D):
 # two tensors of the same shape (grid axis 2 picks X or Y): launches cost more than these tiles.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _permuted_cols(x):
+    """x (rows, 32 c columns) with the columns of each 32 in the order pi: position k (bits k4..k0)
+    holds column c with c4 = k4, c3 = k1, c2 = k3, c1 = k2, c0 = k0. An FP8 tile formed in a
+    wgmma accumulator (P~ in the Gluon forward, dS in the dQ kernel) holds, in each thread, the
+    columns 8 u1 + 2 t + u0 (+16) of each 32, and the A operand of the next wgmma wants k = 4 t + u
+    (+16); permuted by pi, the registers it holds are the operand's, so no shuffles are needed. The
+    other operand (V^T, K^T) is stored with its tokens in the same order, and the dot sums over
+    them in any order alike (attention_fp8_hopper._p_operand)."""
+    x = tl.reshape(x, [x.shape[0], x.shape[1] // 32, 2, 2, 2, 2, 2])    # (row, 32s, c4, c3, c2, c1, c0)
+    return tl.reshape(tl.permute(x, (0, 1, 2, 4, 5, 3, 6)), [x.shape[0], x.shape[1] * 32])
+
+
+@triton.jit
 def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N, N_pad, H,
                    TILE: tl.constexpr, D: tl.constexpr, WRITE_ROWS: tl.constexpr, WRITE_COLS: tl.constexpr,
                    PERMUTE_COLS: tl.constexpr):
@@ -150,10 +163,8 @@ def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N,
         tl.store(X8 + pid_bh * N_pad * D + rows[:, None] * D + cols[None, :], x8)
     if WRITE_COLS:
         x8t = tl.trans(x8)
-        if PERMUTE_COLS:    # within each 32 tokens, the order the Gluon forward's P V operand wants:
-            # position k holds token pi(k), bits (k4, k1, k3, k2, k0) (attention_fp8_hopper._p_operand)
-            x8t = tl.reshape(tl.permute(tl.reshape(x8t, [D, TILE // 32, 2, 2, 2, 2, 2]), (0, 1, 2, 4, 5, 3, 6)),
-                             [D, TILE])
+        if PERMUTE_COLS:    # each 32 tokens in the order the dot operands want (_permuted_cols)
+            x8t = _permuted_cols(x8t)
         tl.store(X8T + pid_bh * D * N_pad + cols[:, None] * N_pad + rows[None, :], x8t)
     tl.store(SCALE + pid_bh * N_pad + rows, tl.zeros([TILE], tl.float32) + tl.where(live, amax / 448.0, 0.0))
 
@@ -329,7 +340,7 @@ def _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8,
             rowp += tl.sum(p, 1)       # 1 if the forward's LSE fits the backward's S
         # one dynamic scale per row of the tile: dQ reduces over keys, so it factors out of the dot
         amax = tl.maximum(tl.max(tl.abs(ds), 1), 1e-30)
-        ds8 = (ds * (448.0 / amax)[:, None]).to(tl.float8e4nv)
+        ds8 = _permuted_cols((ds * (448.0 / amax)[:, None]).to(tl.float8e4nv))    # K^T's keys are permuted alike
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(KT8 + offs_d[None, :] * N_pad + offs_n[:, None])             # (BLOCK_N, D), token-contiguous
         dq += tl.dot(ds8, k) * (amax * (sk / 448.0))[:, None]
@@ -709,7 +720,8 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, de
     permuted = gluon and attention_fp8_hopper.DKDV_CONFIGS[D].get("PERMUTED_Q", False)
     # Same tiles as the forward for Q and K: bit-identical Q^, K^, hence the forward's S and LSE.
     (q8, qt8, sq), (do8, dot8, sdo) = _quantize([(q, True, True), (do, True, True)], tile["q"], permuted)
-    (k8, kt8, sk), (v8, _, sv) = _quantize([(k, True, True), (v, True, False)], tile["k"])
+    # K^T's keys permuted as the dQ kernel's dS^ (_permuted_cols)
+    (k8, kt8, sk), (v8, _, sv) = _quantize([(k, True, True), (v, True, False)], tile["k"], permute_cols=True)
     matched = delta == "matched"
     delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
     rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
