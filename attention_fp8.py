@@ -573,7 +573,8 @@ def _driver():
 def _quantize(specs, tile, permute_cols=False):
     """specs: one or two (x, rows, cols) with x (B, H, N, D) of one shape; one launch for all.
     Returns a list of (x8 or None, x8T or None, scale), see quantize(). permute_cols: the x8T
-    copies hold each 32 tokens in the order of attention_fp8_hopper._p_operand."""
+    copies hold each 32 tokens in the order of _permuted_cols (for the Gluon forward's V^T and the
+    dQ kernel's K^T)."""
     B, H, N, D = specs[0][0].shape
     n_pad = _padded(N)
     device = specs[0][0].device
