@@ -624,7 +624,10 @@ HOPPER_BACKWARD = (64, 128)
 # the Gluon launches cost more host time (TMA descriptors), and eager calls below this size wait
 # on the host (SPEED.md, step 10). Work sets it, not N: at 1x8x4096x128 the Triton path ran
 # forward + backward 1.42x and 1.65x faster than the Gluon one (two runs). The backward counts the
-# scores of each launch: of each half where it runs in halves (SPLIT_BYTES).
+# scores of the whole call, also where it runs in halves (SPLIT_BYTES): a call that big keeps the
+# GPU busy either way. Counted per half, the model's training shape at T = 1024 (64x12x1024x64,
+# halves of 2^28.6 scores) took the Triton dK/dV kernel, and its forward + backward ran 1.14x
+# slower in GPU time (SPEED.md, step 15).
 HOPPER_FORWARD_MIN_SCORES = 2**29
 HOPPER_BACKWARD_MIN_SCORES = 2**29
 
@@ -696,25 +699,25 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         o = do          # a placeholder the matched kernel never reads
     if debug:
         pieces = 1      # the debug sums below are per launch
+    gluon = (D in HOPPER_BACKWARD and B * H * N * N >= HOPPER_BACKWARD_MIN_SCORES and _is_hopper(q.device)
+             and tiles(D)["q"] == 64)     # by the whole call, halves or not
     halves = _halves(q, k, pieces)
     if not halves:
-        info = _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, debug)
+        info = _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gluon, debug)
     for bs, hs in halves:
         hq = slice(hs.start * group, hs.stop * group) if hs.start is not None else hs     # their query heads
         info = _backward_piece(do[bs, hq], q[bs, hq], k[bs, hs], v[bs, hs], o[bs, hq], lse[bs, hq],
-                               dq[bs, hq], dk[bs, hs], dv[bs, hs], causal, sm_scale, delta, debug)
+                               dq[bs, hq], dk[bs, hs], dv[bs, hs], causal, sm_scale, delta, gluon, debug)
     return (dq, dk, dv, info) if debug else (dq, dk, dv)
 
 
-def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, debug):
+def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gluon, debug):
     """The backward of some heads: q, do, o, lse and dq are views of the same heads of the full
-    tensors, k, v, dk, dv of their kv heads. Writes dq, dk, dv."""
+    tensors, k, v, dk, dv of their kv heads. Writes dq, dk, dv; gluon: the Gluon dK/dV kernel."""
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    gluon = (D in HOPPER_BACKWARD and B * H * N * N >= HOPPER_BACKWARD_MIN_SCORES and _is_hopper(q.device)
-             and tile["q"] == 64)
     if gluon:
         import attention_fp8_hopper       # Gluon; imported only where it runs
     # The Gluon dK/dV kernel may read Q^T and dO^T with each 32 queries permuted (its PERMUTED_Q).

@@ -593,6 +593,32 @@ def test_backward_in_halves_is_bit_identical(B, H, H_kv, causal):
             assert torch.equal(x, y), f"{arm}: {name} from two halves differs from one pass"
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
+def test_gpu_halves_choose_the_dkdv_kernel_by_the_whole_call(monkeypatch):
+    """HOPPER_BACKWARD_MIN_SCORES counts the scores of the whole call: a call over the threshold runs
+    the Gluon dK/dV kernel in both halves even where each half is under it (the model's training
+    shape at T = 1024 ran 1.14x slower while the halves were counted apart), and a call under it runs
+    the Triton kernel. dkdv_calls counts the Gluon launches (the real kernel still runs)."""
+    import attention_fp8_hopper as AH
+    B, H, H_kv, N, D = 2, 4, 2, 1000, 64
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=57)
+    sm_scale = 1.0 / math.sqrt(D)
+    o, lse = A._forward(q, k, v, True, sm_scale)
+    dkdv_calls = []
+    real_dkdv = AH.dkdv
+    monkeypatch.setattr(AH, "dkdv", lambda *args, **kw: dkdv_calls.append(1) or real_dkdv(*args, **kw))
+    monkeypatch.setattr(A, "HOPPER_BACKWARD", (D,))
+    scores = B * H * N * N
+    for threshold, gluon_calls in ((scores // 2 + 1, 2), (scores + 1, 0)):     # over each half / over the call
+        monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", threshold)
+        dkdv_calls.clear()
+        halves = A._backward(do, q, k, v, None, lse, True, sm_scale, "matched", pieces=2)
+        assert len(dkdv_calls) == gluon_calls, f"threshold {threshold}: {len(dkdv_calls)} Gluon dK/dV launches"
+        whole = A._backward(do, q, k, v, None, lse, True, sm_scale, "matched", pieces=1)
+        for name, x, y in zip(("dq", "dk", "dv"), whole, halves):
+            assert torch.equal(x, y), f"threshold {threshold}: {name} from two halves differs from one pass"
+
+
 def test_backward_splits_only_big_problems():
     """SPLIT_BYTES decides: one pass for small problems (launch-bound), halves for big ones."""
     meta = lambda B, H, N, D: torch.empty(B, H, N, D, device="meta")
