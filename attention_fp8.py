@@ -637,6 +637,15 @@ def _is_hopper(device):
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
+def _empty_as(x):
+    """An empty tensor of x's shape and dtype laid out in memory as x is, as SDPA lays out its output:
+    the GPT passes q as a (B, T, H, D) tensor seen as (B, H, T, D), and an O laid out the same way
+    makes its transpose back to (B, T, H * D) free instead of a copy. The kernels take any strides
+    but D's, which must be 1."""
+    y = torch.empty_like(x)
+    return y if y.stride(-1) == 1 else torch.empty(x.shape, device=x.device, dtype=x.dtype)
+
+
 def _forward(q, k, v, causal, sm_scale):
     B, H, N, D = q.shape
     H_kv = k.shape[1]
@@ -650,7 +659,7 @@ def _forward(q, k, v, causal, sm_scale):
         (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permuted)
         return attention_fp8_hopper.forward(q, k8, sk, vt8, sv, causal, sm_scale * LOG2E)
     (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
-    o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    o = _empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = CONFIGS[D]["fwd"]
     _launch(_fwd_kernel, (triton.cdiv(N, cfg["BLOCK_M"]), B * H),
@@ -691,9 +700,9 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     group = H // H_kv
-    dq = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
-    dk = torch.empty((B, H_kv, N, D), device=q.device, dtype=k.dtype)
-    dv = torch.empty((B, H_kv, N, D), device=q.device, dtype=v.dtype)
+    dq = _empty_as(q)
+    dk = _empty_as(k)
+    dv = torch.empty_like(dk, dtype=v.dtype)    # the dK/dV kernels write both with dk's strides
     if o is None:
         assert delta == "matched", "the stale delta reads o"
         o = do          # a placeholder the matched kernel never reads
@@ -765,7 +774,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
 @_fwd_op.register_fake
 def _(q, k, v, causal, sm_scale, delta):
     B, H, N, D = q.shape
-    return q.new_empty((B, H, N, D)), q.new_empty((B, H, N), dtype=torch.float32)
+    return _empty_as(q), q.new_empty((B, H, N), dtype=torch.float32)     # the real op's layouts
 
 
 @torch.library.custom_op("fp8_attention::bwd", mutates_args=())
@@ -776,7 +785,8 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @_bwd_op.register_fake
 def _(do, q, k, v, o, lse, causal, sm_scale, delta):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    dk = _empty_as(k)
+    return _empty_as(q), dk, torch.empty_like(dk, dtype=v.dtype)
 
 
 def _setup_context(ctx, inputs, output):

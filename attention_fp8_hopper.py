@@ -288,7 +288,7 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
     blocks = descriptor_blocks(D, cfg["BLOCK_N"])
     k_desc = TensorDescriptor.from_tensor(k8.view(BH_kv * n_pad, D), *blocks["k_desc"])
     vt_desc = TensorDescriptor.from_tensor(vt8.view(BH_kv * D, n_pad), *blocks["vt_desc"])
-    o = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    o = attention_fp8._empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     attention_fp8._launch(_fwd_kernel_hopper, (triton.cdiv(N, cfg["BLOCK_M"]), B * H),
                           (q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B,

@@ -629,6 +629,37 @@ def test_backward_splits_only_big_problems():
     assert len(A._halves(meta(1, 1, 2**20, 128), meta(1, 1, 2**20, 128), None)) == 0     # nothing to split
 
 
+@pytest.mark.parametrize("gluon", [False, pytest.param(True, marks=pytest.mark.skipif(not HOPPER, reason="needs sm_90"))],
+                         ids=["triton", "gluon"])
+def test_outputs_are_laid_out_as_the_inputs(gluon, monkeypatch):
+    """O, dQ, dK and dV come back in the memory layout of q, k and v, as SDPA's do: the GPT passes
+    (B, T, H, D) tensors seen as (B, H, T, D), and an O laid out so goes back to (B, T, H * D)
+    without a copy. The layout does not change a value. A q whose D is not its unit stride gets a
+    contiguous O (the kernels write D with stride 1). gluon=True: the Gluon forward and dK/dV kernel."""
+    D = 64
+    monkeypatch.setattr(A, "HOPPER_FORWARD", (D,) if gluon else ())     # whatever FP8_GLUON_EVERYWHERE says
+    monkeypatch.setattr(A, "HOPPER_BACKWARD", (D,) if gluon else ())
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", 0)
+    monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", 0)
+    B, H, H_kv, N = 2, 4, 2, 200 if ON_GPU else 40
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=59)
+    sm_scale = 1.0 / math.sqrt(D)
+    bthd = lambda x: x.transpose(1, 2).contiguous().transpose(1, 2)     # (B, T, H, D) memory
+    o, lse = A._forward(q, k, v, True, sm_scale)
+    grads = A._backward(do, q, k, v, None, lse, True, sm_scale, "matched")
+    o_t, lse_t = A._forward(bthd(q), bthd(k), bthd(v), True, sm_scale)
+    grads_t = A._backward(bthd(do), bthd(q), bthd(k), bthd(v), None, lse_t, True, sm_scale, "matched")
+    assert o_t.stride() == bthd(q).stride(), f"O strides {o_t.stride()}, q's {bthd(q).stride()}"
+    for name, x, like in zip(("dq", "dk", "dv"), grads_t, (q, k, v)):
+        assert x.stride() == bthd(like).stride(), f"{name} strides {x.stride()}, its input's {bthd(like).stride()}"
+    assert torch.equal(o_t, o) and torch.equal(lse_t, lse)
+    for name, x, y in zip(("dq", "dk", "dv"), grads_t, grads):
+        assert torch.equal(x, y), f"{name} differs with the inputs laid out as (B, T, H, D)"
+    q_dn = q.transpose(-1, -2).contiguous().transpose(-1, -2)      # D is the slowest dimension
+    o_dn, _ = A._forward(q_dn, k, v, True, sm_scale)
+    assert o_dn.is_contiguous() and torch.equal(o_dn, o)
+
+
 def test_matched_backward_does_not_keep_the_output():
     """Only the stale delta reads O; the matched arm must not hold it until the backward."""
     q, k, v, do = make_inputs(1, 2, 2, 16, 64, seed=37)
