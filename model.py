@@ -141,7 +141,9 @@ class CausalSelfAttention(nn.Module):
                                delta="stale" if self.attention == "fp8_stale" else "matched").to(q.dtype)
         if self.probe is not None:  # the delta monitor (train.py) needs this layer's inputs and dL/dy
             self.probe.update(q=q.detach(), k=k.detach(), v=v.detach(), y=y)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side again
+        # (B, T, C): heads side by side again. No copy on the GPU: cuDNN/flash SDPA and the fp8 kernel
+        # return y in q's memory layout, which is (B, T, H, D)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
 
