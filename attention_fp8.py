@@ -703,6 +703,8 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
     dq = _empty_as(q)
     dk = _empty_as(k)
     dv = torch.empty_like(dk, dtype=v.dtype)    # the dK/dV kernels write both with dk's strides
+    if _span(do) >= 2**31:     # dO comes from autograd, laid out as it comes (_check_inputs saw q, k, v)
+        do = do.contiguous()
     if o is None:
         assert delta == "matched", "the stale delta reads o"
         o = do          # a placeholder the matched kernel never reads
@@ -849,6 +851,11 @@ def _fp8_cuda(device):
     return _FP8_CUDA[device]
 
 
+def _span(x):
+    """Elements from x's first to its last, as laid out in memory (x.numel() when it is dense)."""
+    return 1 + sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
+
+
 def _check_inputs(q, k, v, delta):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
@@ -872,6 +879,15 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
     if N == 0 or B == 0:
         raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
+    # The kernels index memory with 32-bit integers (Triton's default for these arguments): each
+    # tensor they touch must span fewer than 2^31 elements, or its offsets would wrap around and
+    # read and write the wrong memory. The largest is an input as laid out, or the FP8 copy of Q
+    # (B * H rows of N_pad x D; K's and V's have H_kv <= H).
+    elements = max(_span(q), _span(k), _span(v), B * H * _padded(N) * D)
+    if elements >= 2**31:
+        raise ValueError(f"attention: q {tuple(q.shape)}, k/v {tuple(k.shape)} are too large for the kernels' "
+                         f"32-bit offsets: one tensor spans {elements:,} elements (2^31 = 2,147,483,648 and over "
+                         "do not fit); split the batch or the heads across calls")
     if delta not in ("matched", "stale"):
         raise ValueError(f"attention: delta must be 'matched' or 'stale', got {delta!r}")
     dev = q.device
@@ -917,9 +933,10 @@ def delta_stats(q, k, v, do, causal=True, sm_scale=None):
 def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     """FP8 attention: softmax(sm_scale * q k^T [+ causal mask]) v with Delta-Matching in the backward.
 
-    q: (B, H, N, D); k, v: (B, H_kv, N, D) with H % H_kv == 0; bf16 or fp16; D in {64, 128}.
+    q: (B, H, N, D); k, v: (B, H_kv, N, D) with H % H_kv == 0; bf16 or fp16; D in {64, 128}; any
+    strides, each tensor spanning fewer than 2^31 elements (32-bit offsets; larger calls raise).
     sm_scale defaults to 1 / sqrt(D). delta="matched" (Delta-Matching) or "stale" (rowsum(dO * O),
-    the ablation arm). Returns o (B, H, N, D) in q's dtype; differentiable in q, k, v."""
+    the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout; differentiable in q, k, v."""
     _check_inputs(q, k, v, delta)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(q.shape[-1])

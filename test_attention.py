@@ -373,6 +373,11 @@ def test_bad_inputs_raise_clear_errors(monkeypatch):
     expect(ValueError, "head_dim 32 is not supported", q[..., :32], q[..., :32], q[..., :32])
     expect(ValueError, "delta must be", q, q, q, delta="fresh")
     expect(TypeError, "torch.Tensor", q.tolist(), q, q)
+    # 2^31 elements (zero strides: no memory): the kernels' 32-bit offsets would wrap around
+    huge = torch.zeros(1, 1, 1, 64, device=DEVICE, dtype=torch.bfloat16).expand(2**14, 2, 1024, 64)
+    expect(ValueError, "32-bit offsets", huge, huge, huge)
+    short = huge[:, :, :1000]      # under 2^31 elements, but its FP8 copy has N_pad = 1024 rows per head
+    expect(ValueError, "32-bit offsets", short, short, short)
     if ON_GPU:
         expect(ValueError, "one device", q, q.cpu(), q.cpu())
     monkeypatch.setenv("TRITON_INTERPRET", "0")
