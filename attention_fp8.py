@@ -73,6 +73,7 @@ kernel of attention_fp8_hopper.py instead: the same FP8 operands and scales, sch
 Hopper's asynchronous wgmma and TMA.
 """
 
+import contextlib
 import functools
 import math
 import os
@@ -604,7 +605,8 @@ def quantize(x, tile, rows=True, cols=False):
     """Block-scaled e4m3 copy of x (B, H, N, D): returns (x8 or None, x8T or None, scale) with
     x8 (B*H, N_pad, D), x8T (B*H, D, N_pad) and scale (B*H, N_pad), x ~= x8 * scale[..., None].
     One scale per `tile` rows. Public so tests can build references from the dequantized inputs."""
-    return _quantize([(x, rows, cols)], tile)[0]
+    with _on(x):
+        return _quantize([(x, rows, cols)], tile)[0]
 
 
 # Head dims whose forward runs, on Hopper GPUs (sm_90), the Gluon kernel of attention_fp8_hopper.py
@@ -635,6 +637,14 @@ HOPPER_BACKWARD_MIN_SCORES = 2**29
 @functools.lru_cache(maxsize=None)
 def _is_hopper(device):
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def _on(x):
+    """Triton launches on the current CUDA device; a call whose tensors live on another GPU switches
+    to theirs for its duration, as PyTorch's own ops do."""
+    if x.is_cuda and x.device.index != torch.cuda.current_device():
+        return torch.cuda.device(x.device)
+    return contextlib.nullcontext()
 
 
 def _empty_as(x):
@@ -770,7 +780,8 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
 @torch.library.custom_op("fp8_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             delta: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward(q, k, v, causal, sm_scale)     # `delta` only matters to the backward
+    with _on(q):
+        return _forward(q, k, v, causal, sm_scale)     # `delta` only matters to the backward
 
 
 @_fwd_op.register_fake
@@ -782,7 +793,8 @@ def _(q, k, v, causal, sm_scale, delta):
 @torch.library.custom_op("fp8_attention::bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: Optional[torch.Tensor],
             lse: torch.Tensor, causal: bool, sm_scale: float, delta: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(do, q, k, v, o, lse, causal, sm_scale, delta)
+    with _on(q):
+        return _backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 
 
 @_bwd_op.register_fake
@@ -814,9 +826,11 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, delta):
-        o, lse = _forward(q, k, v, causal, sm_scale)
-        # Only the stale delta reads o. Not keeping it lets the caller free it (a GPT block copies
-        # it into (B, N, C) at once), one activation fewer per layer until the backward.
+        with _on(q):
+            o, lse = _forward(q, k, v, causal, sm_scale)
+        # Only the stale delta reads o. Not keeping it leaves its lifetime to the caller (a GPT
+        # block's output projection keeps it as its input anyway); a caller that does not keep it
+        # frees one activation per layer until the backward.
         ctx.save_for_backward(q, k, v, o if delta == "stale" else None, lse)
         ctx.causal, ctx.sm_scale, ctx.delta = causal, sm_scale, delta
         return o
@@ -824,7 +838,9 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        return (*_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta), None, None, None)
+        with _on(q):
+            grads = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta)
+        return (*grads, None, None, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -917,14 +933,15 @@ def delta_stats(q, k, v, do, causal=True, sm_scale=None):
     """
     _check_inputs(q, k, v, "matched")
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    o, lse = _forward(q, k, v, causal, sm_scale)
-    stats = {}
-    for arm in ("matched", "stale"):
-        _, dk, _, info = _backward(do, q, k, v, o, lse, causal, sm_scale, arm, debug=True)
-        dk = dk.float()
-        stats[f"key_grad_sum_{arm}"] = (dk.sum(2).norm(dim=-1) / dk.norm(dim=-1).sum(2).clamp_min(1e-30)).max().item()
-        stats[f"ds_rowsum_{arm}"] = (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"].clamp_min(1e-30)).max().item()
-        stats[f"delta_{arm}"] = info["delta"]
+    with _on(q):
+        o, lse = _forward(q, k, v, causal, sm_scale)
+        stats = {}
+        for arm in ("matched", "stale"):
+            _, dk, _, info = _backward(do, q, k, v, o, lse, causal, sm_scale, arm, debug=True)
+            dk = dk.float()
+            stats[f"key_grad_sum_{arm}"] = (dk.sum(2).norm(dim=-1) / dk.norm(dim=-1).sum(2).clamp_min(1e-30)).max().item()
+            stats[f"ds_rowsum_{arm}"] = (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"].clamp_min(1e-30)).max().item()
+            stats[f"delta_{arm}"] = info["delta"]
     matched, stale = stats.pop("delta_matched"), stats.pop("delta_stale")
     stats["delta_mismatch"] = ((stale - matched).norm() / matched.norm().clamp_min(1e-30)).item()
     return stats

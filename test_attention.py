@@ -665,6 +665,23 @@ def test_outputs_are_laid_out_as_the_inputs(gluon, monkeypatch):
     assert o_dn.is_contiguous() and torch.equal(o_dn, o)
 
 
+@pytest.mark.skipif(not ON_GPU or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs with FP8 tensor cores")
+def test_gpu_tensors_on_another_gpu_than_the_current_one():
+    """Triton launches on the current device: a call whose tensors live on cuda:1 while cuda:0 is
+    current must still run there (attention_fp8._on) and give what it gives with cuda:1 current."""
+    q, k, v, do = make_inputs(2, 4, 2, 300, 64, seed=61)
+    q, k, v, do = (x.to("cuda:1") for x in (q, k, v, do))
+    with torch.cuda.device(0):
+        away = run_kernel(q, k, v, do, True)
+        stats_away = A.delta_stats(q, k, v, do)
+    with torch.cuda.device(1):
+        home = run_kernel(q, k, v, do, True)
+        stats_home = A.delta_stats(q, k, v, do)
+    for name in home:
+        assert away[name].device == q.device and torch.equal(away[name], home[name]), name
+    assert stats_away == stats_home
+
+
 def test_matched_backward_does_not_keep_the_output():
     """Only the stale delta reads O; the matched arm must not hold it until the backward."""
     q, k, v, do = make_inputs(1, 2, 2, 16, 64, seed=37)
