@@ -13,6 +13,7 @@ peak memory, and each method's error against an FP32 reference on the same input
     python bench_attention.py --compare /tmp/rev --kernels   # GPU time per kernel instead of wall time (less noise)
     python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
     python bench_attention.py --graphs             # forward+backward replayed from CUDA graphs: no host time
+    python bench_attention.py --graphs --model-layout --shapes 64x12x1024x64   # as the GPT passes its tensors
 
 FLOPs are counted as the Triton tutorial and FlashAttention do: forward = 4*B*H*N^2*D, halved when
 causal; forward+backward = 3.5x forward (2.5x for the backward's five matmuls, not counting the
@@ -63,10 +64,17 @@ def rel_err(x, ref):
     return ((x.float() - ref).norm() / ref.norm()).item()
 
 
-def inputs(B, H, N, D):
+# --model-layout: inputs laid out in memory as (B, N, H, D) and seen as (B, H, N, D), as the GPT
+# (model.py) passes them; then O and the gradients come back in that layout too.
+MODEL_LAYOUT = False
+
+
+def inputs(B, H, N, D, device="cuda"):
     """q, k, v and the upstream gradient do: N(0, 1) in bf16, the same for every method and revision."""
     torch.manual_seed(0)
-    return [torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    if MODEL_LAYOUT:
+        return [torch.randn(B, N, H, D, device=device, dtype=torch.bfloat16).transpose(1, 2) for _ in range(4)]
+    return [torch.randn(B, H, N, D, device=device, dtype=torch.bfloat16) for _ in range(4)]
 
 
 def bench_shape(B, H, N, D, causal, with_errors=True):
@@ -144,6 +152,8 @@ def main():
     p.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, help="BxHxNxD ...")
     p.add_argument("--no-causal", action="store_true")
     p.add_argument("--no-errors", action="store_true", help="skip the FP32 reference")
+    p.add_argument("--model-layout", action="store_true", help="inputs laid out as (B, N, H, D) in memory, seen as "
+                   "(B, H, N, D): what the GPT of model.py passes (default: contiguous (B, H, N, D))")
     p.add_argument("--sweep", nargs="*", metavar="KERNEL", default=None, choices=list(SWEEP),
                    help="time the tilings of SWEEP first (for these kernels, default all) and use the fastest")
     p.add_argument("--json", default=None, help="also write the rows to this file")
@@ -160,10 +170,12 @@ def main():
     only.add_argument("--graphs", action="store_true", help="instead of the table: forward+backward of every method "
                       "in eager mode and replayed from a CUDA graph (which takes the host's share away)")
     args = p.parse_args()
+    global MODEL_LAYOUT
+    MODEL_LAYOUT = args.model_layout
     if not torch.cuda.is_available():
         sys.exit("bench_attention.py needs a CUDA GPU")
     print(f"GPU {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__} | "
-          f"cuDNN {torch.backends.cudnn.version()}")
+          f"cuDNN {torch.backends.cudnn.version()} | inputs {'(B, N, H, D) in memory' if MODEL_LAYOUT else 'contiguous'}")
     if args.profile:
         return profile(args.shapes, not args.no_causal)
     if args.graphs:

@@ -1,4 +1,5 @@
-"""bench_attention.py's --compare loader: a revision given as a directory brings its own Gluon kernels."""
+"""bench_attention.py: the --compare loader (a revision given as a directory brings its own Gluon kernels), and
+the inputs of --model-layout."""
 import inspect
 import os
 import shutil
@@ -22,3 +23,13 @@ def test_compare_directory_revision_imports_its_own_gluon_module(tmp_path):
     assert hopper.REVISION_MARK == "copy"
     single = B.load_revision(os.path.join(ROOT, "attention_fp8.py"), 92)     # a file: the current kernels
     assert "import attention_fp8_hopper " in inspect.getsource(single._forward)
+
+
+def test_model_layout_inputs(monkeypatch):
+    """--model-layout gives (B, H, N, D) tensors laid out in memory as (B, N, H, D), as model.py's are."""
+    plain = B.inputs(2, 3, 5, 64, device="cpu")
+    monkeypatch.setattr(B, "MODEL_LAYOUT", True)
+    model = B.inputs(2, 3, 5, 64, device="cpu")
+    for x, y in zip(plain, model):
+        assert x.shape == y.shape == (2, 3, 5, 64) and x.is_contiguous()
+        assert y.stride() == (5 * 3 * 64, 64, 3 * 64, 1)
