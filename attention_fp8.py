@@ -73,7 +73,6 @@ which checks its inputs. On Hopper, from 2^29 scores per call, the forward and t
 instead: the same FP8 operands and scales, scheduled with Hopper's asynchronous wgmma and TMA.
 """
 
-import contextlib
 import functools
 import math
 import os
@@ -531,10 +530,16 @@ def _launch(kernel, grid, args, **constexprs):
     """kernel[grid](*args, **constexprs). args: the runtime arguments in the kernel's order (tensors,
     ints, floats, Gluon TensorDescriptors); constexprs: the rest, by name, and num_warps / num_stages."""
     first = args[0] if isinstance(args[0], torch.Tensor) else args[0].base    # a tensor or a TMA descriptor
-    if not (FAST_LAUNCH and first.is_cuda):
+    if not first.is_cuda:
         kernel[grid](*args, **constexprs)       # the Triton interpreter on the CPU takes this path
         return
-    device = _driver().get_current_device()
+    device = torch.cuda.current_device()
+    if first.device.index != device:    # Triton launches on the current device; PyTorch ops on their tensors'
+        with torch.cuda.device(first.device):
+            return _launch(kernel, grid, args, **constexprs)
+    if not FAST_LAUNCH:
+        kernel[grid](*args, **constexprs)
+        return
     # The key holds every value Triton specializes on (each int's value, each tensor's dtype) and
     # more, so one key never meets two specializations. Pointers are left out of it: Triton only
     # asks whether they are 16-byte aligned, and unaligned ones go the plain path.
@@ -605,8 +610,7 @@ def quantize(x, tile, rows=True, cols=False):
     """Block-scaled e4m3 copy of x (B, H, N, D): returns (x8 or None, x8T or None, scale) with
     x8 (B*H, N_pad, D), x8T (B*H, D, N_pad) and scale (B*H, N_pad), x ~= x8 * scale[..., None].
     One scale per `tile` rows. Public so tests can build references from the dequantized inputs."""
-    with _on(x):
-        return _quantize([(x, rows, cols)], tile)[0]
+    return _quantize([(x, rows, cols)], tile)[0]
 
 
 # Head dims whose forward runs, on Hopper GPUs (sm_90), the Gluon kernel of attention_fp8_hopper.py
@@ -639,12 +643,10 @@ def _is_hopper(device):
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
-def _on(x):
-    """Triton launches on the current CUDA device; a call whose tensors live on another GPU switches
-    to theirs for its duration, as PyTorch's own ops do."""
-    if x.is_cuda and x.device.index != torch.cuda.current_device():
-        return torch.cuda.device(x.device)
-    return contextlib.nullcontext()
+def _gluon(q, head_dims, min_scores):
+    """Whether this call runs a Gluon kernel (HOPPER_FORWARD / HOPPER_BACKWARD and their thresholds)."""
+    B, H, N, D = q.shape
+    return D in head_dims and B * H * N * N >= min_scores and _is_hopper(q.device) and tiles(D)["q"] == 64
 
 
 def _empty_as(x):
@@ -661,9 +663,7 @@ def _forward(q, k, v, causal, sm_scale):
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    gluon = (D in HOPPER_FORWARD and B * H * N * N >= HOPPER_FORWARD_MIN_SCORES and _is_hopper(q.device)
-             and tile["q"] == 64)
-    if gluon:
+    if _gluon(q, HOPPER_FORWARD, HOPPER_FORWARD_MIN_SCORES):
         import attention_fp8_hopper       # Gluon; imported only where it runs
         permuted = attention_fp8_hopper.CONFIGS[D].get("PERMUTED_V", False)
         (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permuted)
@@ -712,7 +712,7 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
     group = H // H_kv
     dq = _empty_as(q)
     dk = _empty_as(k)
-    dv = torch.empty_like(dk, dtype=v.dtype)    # the dK/dV kernels write both with dk's strides
+    dv = torch.empty_like(dk)    # the dK/dV kernels write both with dk's strides (one dtype: _check_inputs)
     if _span(do) >= 2**31:     # dO comes from autograd, laid out as it comes (_check_inputs saw q, k, v)
         do = do.contiguous()
     if o is None:
@@ -720,8 +720,7 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         o = do          # a placeholder the matched kernel never reads
     if debug:
         pieces = 1      # the debug sums below are per launch
-    gluon = (D in HOPPER_BACKWARD and B * H * N * N >= HOPPER_BACKWARD_MIN_SCORES and _is_hopper(q.device)
-             and tiles(D)["q"] == 64)     # by the whole call, halves or not
+    gluon = _gluon(q, HOPPER_BACKWARD, HOPPER_BACKWARD_MIN_SCORES)     # by the whole call, halves or not
     halves = _halves(q, k, pieces)
     if not halves:
         info = _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gluon, debug)
@@ -780,8 +779,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
 @torch.library.custom_op("fp8_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             delta: str) -> tuple[torch.Tensor, torch.Tensor]:
-    with _on(q):
-        return _forward(q, k, v, causal, sm_scale)     # `delta` only matters to the backward
+    return _forward(q, k, v, causal, sm_scale)     # `delta` only matters to the backward
 
 
 @_fwd_op.register_fake
@@ -793,14 +791,13 @@ def _(q, k, v, causal, sm_scale, delta):
 @torch.library.custom_op("fp8_attention::bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: Optional[torch.Tensor],
             lse: torch.Tensor, causal: bool, sm_scale: float, delta: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    with _on(q):
-        return _backward(do, q, k, v, o, lse, causal, sm_scale, delta)
+    return _backward(do, q, k, v, o, lse, causal, sm_scale, delta)
 
 
 @_bwd_op.register_fake
 def _(do, q, k, v, o, lse, causal, sm_scale, delta):
     dk = _empty_as(k)
-    return _empty_as(q), dk, torch.empty_like(dk, dtype=v.dtype)
+    return _empty_as(q), dk, torch.empty_like(dk)
 
 
 def _setup_context(ctx, inputs, output):
@@ -826,8 +823,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, delta):
-        with _on(q):
-            o, lse = _forward(q, k, v, causal, sm_scale)
+        o, lse = _forward(q, k, v, causal, sm_scale)
         # Only the stale delta reads o. Not keeping it leaves its lifetime to the caller (a GPT
         # block's output projection keeps it as its input anyway); a caller that does not keep it
         # frees one activation per layer until the backward.
@@ -838,9 +834,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        with _on(q):
-            grads = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta)
-        return (*grads, None, None, None)
+        return (*_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta), None, None, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -933,15 +927,14 @@ def delta_stats(q, k, v, do, causal=True, sm_scale=None):
     """
     _check_inputs(q, k, v, "matched")
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    with _on(q):
-        o, lse = _forward(q, k, v, causal, sm_scale)
-        stats = {}
-        for arm in ("matched", "stale"):
-            _, dk, _, info = _backward(do, q, k, v, o, lse, causal, sm_scale, arm, debug=True)
-            dk = dk.float()
-            stats[f"key_grad_sum_{arm}"] = (dk.sum(2).norm(dim=-1) / dk.norm(dim=-1).sum(2).clamp_min(1e-30)).max().item()
-            stats[f"ds_rowsum_{arm}"] = (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"].clamp_min(1e-30)).max().item()
-            stats[f"delta_{arm}"] = info["delta"]
+    o, lse = _forward(q, k, v, causal, sm_scale)
+    stats = {}
+    for arm in ("matched", "stale"):
+        _, dk, _, info = _backward(do, q, k, v, o, lse, causal, sm_scale, arm, debug=True)
+        dk = dk.float()
+        stats[f"key_grad_sum_{arm}"] = (dk.sum(2).norm(dim=-1) / dk.norm(dim=-1).sum(2).clamp_min(1e-30)).max().item()
+        stats[f"ds_rowsum_{arm}"] = (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"].clamp_min(1e-30)).max().item()
+        stats[f"delta_{arm}"] = info["delta"]
     matched, stale = stats.pop("delta_matched"), stats.pop("delta_stale")
     stats["delta_mismatch"] = ((stale - matched).norm() / matched.norm().clamp_min(1e-30)).item()
     return stats

@@ -668,7 +668,7 @@ def test_outputs_are_laid_out_as_the_inputs(gluon, monkeypatch):
 @pytest.mark.skipif(not ON_GPU or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs with FP8 tensor cores")
 def test_gpu_tensors_on_another_gpu_than_the_current_one():
     """Triton launches on the current device: a call whose tensors live on cuda:1 while cuda:0 is
-    current must still run there (attention_fp8._on) and give what it gives with cuda:1 current."""
+    current must still run there (attention_fp8._launch switches) and give what it gives with cuda:1 current."""
     q, k, v, do = make_inputs(2, 4, 2, 300, 64, seed=61)
     q, k, v, do = (x.to("cuda:1") for x in (q, k, v, do))
     with torch.cuda.device(0):
