@@ -1,5 +1,5 @@
 """Why step 16 cut the model-layout fwd+bwd GPU time: per-kernel GPU time with outputs in q's layout
-(HEAD) vs contiguous (B, H, N, D) outputs (before step 16), for (a) leaf q, k, v in (B, N, H, D) memory
+(step 16, current) vs contiguous (B, H, N, D) outputs (before step 16), for (a) leaf q, k, v in (B, N, H, D) memory
 (bench_attention --graphs --model-layout) and (b) the GPT's own path: qkv split, transpose, attention,
 transpose back and reshape to (B, T, C)."""
 import torch
