@@ -44,6 +44,10 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import attention_fp8        # its _launch: the compiled kernel's launcher without Triton's per-call binding
 
+# The barrier of all threads of a program (bar.sync): gl.thread_barrier in Triton 3.6, the H200's,
+# renamed gl.barrier by Triton 3.8, which a plain pip install brings and CI compiles these kernels with.
+thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
 
 @triton.constexpr_function
 def _q_layout(D, num_warps):
@@ -173,7 +177,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float8e4nv))
     fence_async_shared()     # Q^ and the barriers, before the async proxy (TMA, wgmma) uses them
-    gl.thread_barrier()      # every warp's part of Q^ is written before any warp's wgmma reads it
+    thread_barrier()      # every warp's part of Q^ is written before any warp's wgmma reads it
 
     if CAUSAL:
         hi = gl.minimum(start_m + BLOCK_M, N)
@@ -208,7 +212,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         sk_next = gl.load(SK + (j + 1) * BLOCK_N)
         sv_next = gl.load(SVT + (j + 1) * BLOCK_N)
         # Every warp is done with tile j - 1 (the wait at the end of the last iteration): refill its slot.
-        gl.thread_barrier()
+        thread_barrier()
         refill = j - 1 + STAGES
         slot = refill % STAGES
         load = (j >= 1) & (refill < n_tiles)
@@ -233,7 +237,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         else:
             p_smem.store(p.to(gl.float8e4nv))
             fence_async_shared()
-            gl.thread_barrier()
+            thread_barrier()
             acc = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
         # Both done before the next softmax. (Letting P V run on into it makes ptxas serialize every
         # wgmma: it gives the next S the registers the softmax still reads.)
@@ -371,7 +375,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
                p_layout: gl.constexpr):
     # Two slots: this tile's and the next's. Every warp is done with tile it - 1 (the wait at the
     # end of its step), so its slot takes the next tile.
-    gl.thread_barrier()
+    thread_barrier()
     bh_n, start_m_n = _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M)
     _dkdv_load(bh_n, start_m_n, (it + 1) % 2, ready, qdo_desc, qdot_desc, qdo_smem, qdot_smem,
                N_pad, it + 1 < n_tiles, D, BLOCK_M)
@@ -407,7 +411,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
     else:
         p_smem.store(pT.to(gl.float8e4nv))
         fence_async_shared()
-        gl.thread_barrier()
+        thread_barrier()
         p_op = p_smem
     # dV in the units of dO's scale (a zero tile of dO, scale 0, adds nothing: the units stay)
     sdo_new = gl.where(sdo > 0, sdo, sdo_u)
@@ -424,7 +428,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
     else:
         ds_smem.store(ds8)
         fence_async_shared()
-        gl.thread_barrier()
+        thread_barrier()
         ds_op = ds_smem
     t = warpgroup_mma(ds_op, qt_smem.permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
                       use_acc=False, is_async=True)
@@ -480,7 +484,7 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
     ds_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
     fence_async_shared()     # K^, V^ and the barriers, before the async proxy (TMA, wgmma) uses them
-    gl.thread_barrier()
+    thread_barrier()
 
     # Query tiles per head: from the diagonal (causal) or 0 to the end; query rows past N have
     # LSE = +inf (P = 0) and dO^ = 0, so the last tile needs no mask. Causal: the tiles that overlap
