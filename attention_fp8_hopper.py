@@ -44,9 +44,13 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 import attention_fp8        # its _launch: the compiled kernel's launcher without Triton's per-call binding
 
-# The barrier of all threads of a program (bar.sync): gl.thread_barrier in Triton 3.6, the H200's,
-# renamed gl.barrier by Triton 3.8, which a plain pip install brings and CI compiles these kernels with.
+# Names that moved between Triton versions. These kernels run on the H200 with Triton 3.6; CI compiles
+# them with what a plain pip install brings (3.8 today), and they compile with 3.9 too.
+# The barrier of all threads of a program (bar.sync): gl.thread_barrier in 3.6, gl.barrier from 3.8.
 thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+# A TMA copy of a tile from global to shared memory: tma.async_load, which Triton 3.9 requires and
+# 3.8 also calls tma.async_copy_global_to_shared, the name Triton 3.6 knows it by.
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 
 @triton.constexpr_function
@@ -189,9 +193,9 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     tile_bytes: gl.constexpr = 2 * BLOCK_N * D
     for t in gl.static_range(STAGES):
         mbarrier.expect(ready.index(t), tile_bytes, pred=t < n_tiles)
-        tma.async_copy_global_to_shared(k_desc, [k_row + t * BLOCK_N, 0], ready.index(t), k_smem.index(t),
+        tma_load(k_desc, [k_row + t * BLOCK_N, 0], ready.index(t), k_smem.index(t),
                                         pred=t < n_tiles)
-        tma.async_copy_global_to_shared(vt_desc, [v_row, t * BLOCK_N], ready.index(t), v_smem.index(t),
+        tma_load(vt_desc, [v_row, t * BLOCK_N], ready.index(t), v_smem.index(t),
                                         pred=t < n_tiles)
 
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=s_rows)
@@ -217,9 +221,9 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         slot = refill % STAGES
         load = (j >= 1) & (refill < n_tiles)
         mbarrier.expect(ready.index(slot), tile_bytes, pred=load)
-        tma.async_copy_global_to_shared(k_desc, [k_row + refill * BLOCK_N, 0], ready.index(slot), k_smem.index(slot),
+        tma_load(k_desc, [k_row + refill * BLOCK_N, 0], ready.index(slot), k_smem.index(slot),
                                         pred=load)
-        tma.async_copy_global_to_shared(vt_desc, [v_row, refill * BLOCK_N], ready.index(slot), v_smem.index(slot),
+        tma_load(vt_desc, [v_row, refill * BLOCK_N], ready.index(slot), v_smem.index(slot),
                                         pred=load)
         # S of the next tile runs on the tensor cores while this tile's softmax runs on the CUDA cores.
         nxt = j + 1
@@ -349,8 +353,8 @@ def _dkdv_load(bh, start_m, slot, ready, qdo_desc, qdot_desc, qdo_smem, qdot_sme
                N_pad, pred, D: gl.constexpr, BLOCK_M: gl.constexpr):
     bar = ready.index(slot)
     mbarrier.expect(bar, 4 * BLOCK_M * D, pred=pred)
-    tma.async_copy_global_to_shared(qdo_desc, [0, bh * N_pad + start_m, 0], bar, qdo_smem.index(slot), pred=pred)
-    tma.async_copy_global_to_shared(qdot_desc, [0, bh * D, start_m], bar, qdot_smem.index(slot), pred=pred)
+    tma_load(qdo_desc, [0, bh * N_pad + start_m, 0], bar, qdo_smem.index(slot), pred=pred)
+    tma_load(qdot_desc, [0, bh * D, start_m], bar, qdot_smem.index(slot), pred=pred)
 
 
 @gluon.jit

@@ -58,7 +58,7 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=N
     src = source(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
     options = dict(num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    ptxas = ptxas_path()
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "kernel.ptx")
         with open(ptx, "w") as f:
@@ -68,6 +68,15 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=N
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     spills = int(re.search(r"(\d+) bytes spill stores", log).group(1))
     return regs, spills, kernel.metadata.shared
+
+
+def ptxas_path():
+    """The ptxas Triton itself runs for sm_90a: Triton 3.9 ships two and takes the newer one from sm_90 up."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        return get_ptxas(90).path
+    except (ImportError, AttributeError, TypeError):     # a Triton without it: its one ptxas
+        return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
 
 def cap(maxnreg):
