@@ -524,11 +524,17 @@ def _padded(n):
 # Triton interpreter (TRITON_INTERPRET=1, which also takes CUDA tensors) has no compiled kernels.
 FAST_LAUNCH = triton.__version__.startswith("3.6.") and os.environ.get("TRITON_INTERPRET") != "1"
 _launchers = {}
+# The kernels are written for fused multiply-adds: qk * f - m is one FMA before each exp2, and the
+# accumulator updates are FMAs too. Triton has contracted such expressions by default, but 3.9 warns
+# that 3.10 will stop unless asked (TRITON_DEFAULT_FP_FUSION), so every launch asks. Same code as
+# the default today: the compiled kernels do not change.
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
 
 def _launch(kernel, grid, args, **constexprs):
     """kernel[grid](*args, **constexprs). args: the runtime arguments in the kernel's order (tensors,
     ints, floats, Gluon TensorDescriptors); constexprs: the rest, by name, and num_warps / num_stages."""
+    constexprs = {**COMPILE_OPTIONS, **constexprs}
     first = args[0] if isinstance(args[0], torch.Tensor) else args[0].base    # a tensor or a TMA descriptor
     if not first.is_cuda:
         kernel[grid](*args, **constexprs)       # the Triton interpreter on the CPU takes this path

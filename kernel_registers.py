@@ -56,7 +56,8 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=N
              if signature[n].startswith("*") or (signature[n] == "i32" and n not in UNSPECIALIZED)}
     source = GluonASTSource if descriptors else ASTSource
     src = source(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
-    options = dict(num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+    options = dict(num_warps=num_warps, num_stages=num_stages, enable_fp_fusion=True,    # as attention_fp8._launch
+                   **({"maxnreg": maxnreg} if maxnreg else {}))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     ptxas = ptxas_path()
     with tempfile.TemporaryDirectory() as tmp:
