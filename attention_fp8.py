@@ -812,7 +812,18 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, o if ctx.delta == "stale" else None, lse)   # see _Attention.forward
 
 
+def _refuse_double_backward():
+    """Autograd runs a backward with grad mode on only for create_graph=True, to differentiate the
+    gradients again (a gradient penalty, a Hessian-vector product). Ours are FP8 kernels, which autograd
+    cannot differentiate: it would take dQ, dK, dV for constants and drop those terms silently."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("attention_fp8: gradients of the gradients (create_graph=True, double backward) are "
+                           "not supported: the backward runs FP8 kernels that autograd cannot differentiate. "
+                           "Use PyTorch SDPA for second-order gradients.")
+
+
 def _fwd_op_backward(ctx, do, dlse):
+    _refuse_double_backward()
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = _bwd_op(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta)
     return dq, dk, dv, None, None, None
@@ -839,6 +850,7 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
+        _refuse_double_backward()
         q, k, v, o, lse = ctx.saved_tensors
         return (*_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.delta), None, None, None)
 
@@ -952,7 +964,8 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     q: (B, H, N, D); k, v: (B, H_kv, N, D) with H % H_kv == 0; bf16 or fp16; D in {64, 128}; any
     strides, each tensor spanning fewer than 2^31 elements (32-bit offsets; larger calls raise).
     sm_scale defaults to 1 / sqrt(D). delta="matched" (Delta-Matching) or "stale" (rowsum(dO * O),
-    the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout; differentiable in q, k, v."""
+    the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout; differentiable in q, k, v
+    once (no create_graph=True: the FP8 backward has no gradient of its own)."""
     _check_inputs(q, k, v, delta)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(q.shape[-1])

@@ -694,6 +694,23 @@ def test_matched_backward_does_not_keep_the_output():
         assert torch.isfinite(qg.grad).all()
 
 
+def test_double_backward_raises():
+    """The backward is made of FP8 kernels, not of differentiable ops: gradients of it (create_graph=True,
+    e.g. a gradient penalty) must fail loudly. Left alone, autograd treats dQ as a constant, and a loss
+    plus a penalty on dQ backpropagates the loss alone, silently. (Under torch.compile AOTAutograd
+    refuses double backward itself.)"""
+    q, k, v, do = make_inputs(1, 1, 1, 64, 64, seed=41)
+    for compiled in (False, True):
+        qg = q.detach().clone().requires_grad_()
+        f = (lambda q: attention(q, k, v))
+        if compiled:
+            f = torch.compile(f, fullgraph=True, backend="aot_eager")
+        o = f(qg)
+        with pytest.raises(RuntimeError, match="double backward"):
+            (dq,) = torch.autograd.grad(o, qg, do, create_graph=True)
+            ((o.float() * do.float()).sum() + dq.float().pow(2).sum()).backward()
+
+
 ALT_TILINGS = [   # (query tile, key tile) = (64, 128), (128, 64), (32, 64), (64, 128)
     {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2),
      "dq": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=2),
