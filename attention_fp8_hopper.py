@@ -181,7 +181,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float8e4nv))
     fence_async_shared()     # Q^ and the barriers, before the async proxy (TMA, wgmma) uses them
-    thread_barrier()      # every warp's part of Q^ is written before any warp's wgmma reads it
+    thread_barrier()         # every warp's part of Q^ is written before any warp's wgmma reads it
 
     if CAUSAL:
         hi = gl.minimum(start_m + BLOCK_M, N)
@@ -193,10 +193,8 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     tile_bytes: gl.constexpr = 2 * BLOCK_N * D
     for t in gl.static_range(STAGES):
         mbarrier.expect(ready.index(t), tile_bytes, pred=t < n_tiles)
-        tma_load(k_desc, [k_row + t * BLOCK_N, 0], ready.index(t), k_smem.index(t),
-                                        pred=t < n_tiles)
-        tma_load(vt_desc, [v_row, t * BLOCK_N], ready.index(t), v_smem.index(t),
-                                        pred=t < n_tiles)
+        tma_load(k_desc, [k_row + t * BLOCK_N, 0], ready.index(t), k_smem.index(t), pred=t < n_tiles)
+        tma_load(vt_desc, [v_row, t * BLOCK_N], ready.index(t), v_smem.index(t), pred=t < n_tiles)
 
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=s_rows)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
@@ -221,10 +219,8 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         slot = refill % STAGES
         load = (j >= 1) & (refill < n_tiles)
         mbarrier.expect(ready.index(slot), tile_bytes, pred=load)
-        tma_load(k_desc, [k_row + refill * BLOCK_N, 0], ready.index(slot), k_smem.index(slot),
-                                        pred=load)
-        tma_load(vt_desc, [v_row, refill * BLOCK_N], ready.index(slot), v_smem.index(slot),
-                                        pred=load)
+        tma_load(k_desc, [k_row + refill * BLOCK_N, 0], ready.index(slot), k_smem.index(slot), pred=load)
+        tma_load(vt_desc, [v_row, refill * BLOCK_N], ready.index(slot), v_smem.index(slot), pred=load)
         # S of the next tile runs on the tensor cores while this tile's softmax runs on the CUDA cores.
         nxt = j + 1
         mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
