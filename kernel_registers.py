@@ -31,6 +31,7 @@ ACT_POINTERS = {"Q", "O", "DO", "DQ", "DK", "DV", "X", "Y"}      # bf16 activati
 FLOAT_SCALARS = {"sm_scale", "qk_scale"}
 INTS = {"N", "H", "H_KV"}         # capitals that are not pointers
 UNSPECIALIZED = {"H", "H_KV"}     # head counts: small numbers, not divisible by 16
+COMPILE_OPTIONS = {}              # the compile options of the file under test (its COMPILE_OPTIONS), set by main()
 
 
 def arg_type(name):
@@ -56,7 +57,7 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=N
              if signature[n].startswith("*") or (signature[n] == "i32" and n not in UNSPECIALIZED)}
     source = GluonASTSource if descriptors else ASTSource
     src = source(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
-    options = dict(num_warps=num_warps, num_stages=num_stages, enable_fp_fusion=True,    # as attention_fp8._launch
+    options = dict(num_warps=num_warps, num_stages=num_stages, **COMPILE_OPTIONS,
                    **({"maxnreg": maxnreg} if maxnreg else {}))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     ptxas = ptxas_path()
@@ -116,6 +117,8 @@ def main():
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_registers.py: unset TRITON_INTERPRET; the interpreter does not compile kernels")
     A = load(args.file)
+    global COMPILE_OPTIONS
+    COMPILE_OPTIONS = getattr(A, "COMPILE_OPTIONS", {})     # what that file's launches ask of Triton
     H = None
     if args.hopper:     # the Gluon kernels (Gluon has no interpreter: this compile is CPU CI's check of them)
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.hopper)))
