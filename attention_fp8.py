@@ -183,8 +183,15 @@ def _quantize_kernel(X, sxb, sxh, sxn, sxd, X8, X8T, SX, Y, syb, syh, syn, syd, 
 # Forward: O_i = sum_j softmax(S)_ij V_j with S = tau Q^ K^T^, online softmax in base 2.
 #   qk = Q^ . K^ (the raw FP8 dot); f = Q's row scale * K's tile scale * tau * log2(e)
 #   m = running row max of qk * f; p~ = exp2(qk * f - m + 8) = 256 exp2(s - m), so P~^ = e4m3(p~)
-#   l = running sum of p~; acc += P~^ V^ * V's tile scale; O = acc / l; LSE2 = m + log2(l) - 8
-# (the 256 = 2^8 lifts small probabilities out of e4m3's subnormals; it cancels in acc / l)
+#   l = running sum of p~; LSE2 = m + log2(l) - 8 (the backward's P = exp2(qk * f - LSE2) sums to 1)
+#   w = running sum of P~^, the rounded weights;  acc += (P~^ V^) * V's tile scale;  O = acc / w
+# (the 256 = 2^8 lifts small probabilities out of e4m3's subnormals; it cancels in acc / w)
+# O is divided by w, not l, so that it is a weighted mean of V^'s rows with the very weights that
+# multiplied them. Near-uniform rows put every p~ just below 256, where they all round alike (to 240
+# or to 256), and acc / l came out scaled by w / l: off by up to 0.8% on the H200 (a mean bias of
+# +0.5% at N = 1024), where acc / w is off by BF16 rounding (test_output_is_a_weighted_mean_of_v).
+# Each tile's P~^ V^ is a fresh dot added to acc in fp32: the FP8 tensor cores keep only about 14
+# bits of a running sum, too few for one that grows over thousands of keys (attention_fp8_hopper).
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _qk_tile(q, K8, start_n, offs_m, N, D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
@@ -204,7 +211,7 @@ def _qk_tile(q, K8, start_n, offs_m, N, D: tl.constexpr, BLOCK_N: tl.constexpr, 
 
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
+def _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
                D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
     offs_d = tl.arange(0, D)
     for start_n in range(lo, hi, BLOCK_N):
@@ -218,10 +225,12 @@ def _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N_pad,
         p = tl.math.exp2(qk * f[:, None] - (m_new - 8.0)[:, None])               # one FMA, then exp2
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
+        p8 = p.to(tl.float8e4nv)
         v = tl.load(VT8 + offs_d[None, :] * N_pad + offs_n[:, None])             # (BLOCK_N, D), token-contiguous
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float8e4nv), v) * tl.load(SVT + start_n)
+        acc = acc * alpha[:, None] + tl.dot(p8, v) * tl.load(SVT + start_n)
+        w_i = w_i * alpha + tl.sum(p8.to(tl.float32), 1)      # the weights as they multiplied V
         m_i = m_new
-    return acc, l_i, m_i
+    return acc, l_i, w_i, m_i
 
 
 @triton.jit
@@ -255,22 +264,23 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
 
     m_i = tl.zeros([BLOCK_M], tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    w_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     # Key tiles that need no mask first, then the ones that do (the diagonal, or the last partial
     # tile). Every row has an unmasked key in the first tile it sees, so m_i is finite from then on.
     if CAUSAL:
         n_free = (start_m // BLOCK_N) * BLOCK_N      # key blocks start at multiples of BLOCK_N
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_free,
+        acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_free,
                                    N, N_pad, D, BLOCK_N, CAUSAL, False)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_free,
+        acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_free,
                                    tl.minimum(start_m + BLOCK_M, N_pad), N, N_pad, D, BLOCK_N, CAUSAL, True)
     else:
         n_full = (N // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_full,
+        acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_full,
                                    N, N_pad, D, BLOCK_N, CAUSAL, False)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_full, N_pad,
+        acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_full, N_pad,
                                    N, N_pad, D, BLOCK_N, CAUSAL, True)
-    o = acc / l_i[:, None]
+    o = acc / w_i[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
              o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + pid_bh * N + offs_m, m_i + tl.math.log2(l_i) - 8.0, mask=row_ok)

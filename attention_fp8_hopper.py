@@ -10,7 +10,8 @@ asynchronous warpgroup MMA, TMA and mbarriers, so the schedule is written out:
     iteration j:  refill the slot tile j-1 used with tile j-1+STAGES       (TMA)
                   issue S_{j+1} = Q^ K_{j+1}^T                             (async, tensor cores)
                   softmax of S_j; P~_j^ in registers                       (CUDA cores, meanwhile)
-                  issue O += P~_j^ V^_j; wait for both dots
+                  issue P~_j^ V^_j and P~_j^ 1 (fresh accumulators); wait for all three dots
+                  add them to acc and w in fp32
 
 P~^ goes to the P V wgmma straight from the registers the softmax left it in: V^T's keys are
 stored permuted within each 32 (_p_operand) so that no shuffles are needed. (PERMUTED_V = False:
@@ -21,10 +22,17 @@ serialize every wgmma (advisory C7514), so each iteration ends on both dots. On 
 1.08-1.10x the Triton forward at head dim 128 and N >= 4096 (SPEED.md, step 4, and steps 6-7 since);
 at head dim 64 it was no faster until three programs shared an SM (CONFIGS' register cap, step 11).
 
-The value of V's tile scale rides in the accumulator's units: acc holds O * l / sv_last, so
-    acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j V^_j
-is exact in real arithmetic (one fp32 multiply per row instead of a second accumulator), and
-O = acc * sv_last / l at the end.
+The value of V's tile scale rides in the accumulator's units: acc holds O * w / sv_last, so
+    acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j^ V^_j
+is exact in real arithmetic (one FFMA per element), and O = acc * sv_last / w at the end, where w
+is the sum of the rounded weights P~^ (attention_fp8._fwd_inner says why w and not l).
+
+Each tile's P~^ V^ is a fresh wgmma, added to acc in fp32, not accumulated in the tensor cores:
+Hopper's FP8 MMA keeps about 14 bits of the running sum when it adds products to it (DeepSeek-V3
+report, section 3.3.2), and a column of O whose V has a nonzero mean grows with every key, so the
+later tiles' products lost their low bits. With acc in the tensor cores (until step 17 of SPEED.md),
+O of a V whose rows are all one vector was off by 4.3% at N = 4096 and 16% at N = 16384 on the
+H200; now by BF16 rounding (0.0015-0.0020), as the Triton forward. It cost the forward 4-10%.
 
 One warpgroup (4 warps) owns 64 query rows (one query tile, one Q scale), and two programs (three
 at head dim 64) share an SM, so one's softmax can run under the others' dots.
@@ -93,8 +101,8 @@ def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: 
                   MASK: gl.constexpr, s_cols: gl.constexpr, o_rows: gl.constexpr):
     """One tile of the online softmax, in base 2 (see attention_fp8._fwd_inner), f = Q's row scale
     * K's tile scale sk_j * tau * log2(e) (sv_j: V's tile scale, as stored): returns p~ =
-    exp2(qk * f - m + 8) in fp32, the new m and l, V's tile scale sv, and c = alpha * sv_before / sv,
-    the factor acc takes before P~ V is added."""
+    exp2(qk * f - m + 8) in fp32, the new m and l, V's tile scale sv, c = alpha * sv_before / sv,
+    the factor acc takes before P~ V is added, and alpha, the factor the sum of the weights takes."""
     f = gl.maximum(qs * sk_j, 1e-30)      # floored: a zero Q or K tile has scale 0 (attention_fp8._fwd_inner)
     if MASK:
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=s_cols)
@@ -109,7 +117,7 @@ def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: 
     # A zero tile of V (scale 0) adds nothing to acc: acc keeps its units. Before the first nonzero
     # tile acc is zero, and sv = 0 turns it into the new units as zero.
     sv_j = gl.where(sv_j > 0, sv_j, sv)
-    return p, m_new, l_i, sv_j, gl.convert_layout(alpha * gl.where(sv_j > 0, sv / sv_j, 1.0), o_rows)
+    return p, m_new, l_i, sv_j, gl.convert_layout(alpha * gl.where(sv_j > 0, sv / sv_j, 1.0), o_rows), alpha
 
 
 @gluon.jit
@@ -140,6 +148,12 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                        instr_shape=[16, D, 32])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
+    # W = P~^ 1 for one tile: every column is the row sum of the weights that multiply V (8 columns,
+    # wgmma's least). Summed over tiles in fp32 (w_i), not in the tensor cores: their FP8 MMA keeps about
+    # 14 bits of a running sum, and a sum of positive weights grows with every tile (SPEED.md, step 17).
+    w_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                       instr_shape=[16, 8, 32])
+    pw_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=w_layout, k_width=4)
     s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     s_cols: gl.constexpr = gl.SliceLayout(0, s_layout)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -180,6 +194,10 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     # P~^ of the tile in flight, for the P V wgmma when PERMUTED_V is off
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float8e4nv))
+    # The B operand of W = P~^ 1 (stored as its transpose, K-major as FP8 wgmma wants it)
+    ones_smem = gl.allocate_shared_memory(gl.float8e4nv, [8, BLOCK_N],
+                                          gl.NVMMASharedLayout.get_default_for([8, BLOCK_N], gl.float8e4nv),
+                                          gl.full([8, BLOCK_N], 0x38, gl.uint8, q_layout).to(gl.float8e4nv, bitcast=True))
     fence_async_shared()     # Q^ and the barriers, before the async proxy (TMA, wgmma) uses them
     thread_barrier()         # every warp's part of Q^ is written before any warp's wgmma reads it
 
@@ -199,6 +217,9 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=s_rows)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+    o_zero = gl.zeros([BLOCK_M, D], gl.float32, o_layout)
+    w_zero = gl.zeros([BLOCK_M, 8], gl.float32, w_layout)
+    w_i = gl.zeros([BLOCK_M], gl.float32, s_rows)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, s_rows)
     l_i = gl.zeros([BLOCK_M], gl.float32, s_rows)
     sv = gl.load(SVT)
@@ -227,38 +248,49 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         s_next = warpgroup_mma(q_smem, k_smem.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
                                is_async=True)
         start_n = j * BLOCK_N
-        p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL,
-                                           False, s_cols, o_rows)
+        p, m_i, l_i, sv, c, alpha = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N,
+                                                  CAUSAL, False, s_cols, o_rows)
         # P~^ in registers, keys in V^T's permuted order: no shuffles (a convert_layout into the
         # operand layout without the permutation took ~250 per tile, SPEED.md step 4).
         if PERMUTED_V:
-            acc = warpgroup_mma(_p_operand(p.to(gl.float8e4nv), p_layout), v_smem.index(j % STAGES).permute((1, 0)),
-                                acc * c[:, None], is_async=True)
+            p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
+            pv = warpgroup_mma(p8, v_smem.index(j % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
+            w = warpgroup_mma(gl.convert_layout(p8, pw_layout), ones_smem.permute((1, 0)), w_zero, use_acc=False,
+                              is_async=True)
         else:
             p_smem.store(p.to(gl.float8e4nv))
             fence_async_shared()
             thread_barrier()
-            acc = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), acc * c[:, None], is_async=True)
-        # Both done before the next softmax. (Letting P V run on into it makes ptxas serialize every
+            pv = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
+            w = warpgroup_mma(p_smem, ones_smem.permute((1, 0)), w_zero, use_acc=False, is_async=True)
+        # All done before the next softmax. (Letting P V run on into it makes ptxas serialize every
         # wgmma: it gives the next S the registers the softmax still reads.)
-        s, acc = warpgroup_mma_wait(0, deps=[s_next, acc])
+        s, pv, w = warpgroup_mma_wait(0, deps=[s_next, pv, w])
+        acc = acc * c[:, None] + pv           # in fp32: the tensor cores' running sum keeps ~14 bits
+        w_i = w_i * alpha + gl.convert_layout(gl.max(w, 1), s_rows)
         sk_j = sk_next
         sv_j = sv_next
 
     # The last tile: the causal diagonal, or the end of the keys; masked.
     last = n_tiles - 1
     start_n = last * BLOCK_N
-    p, m_i, l_i, sv, c = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL, True,
-                                       s_cols, o_rows)
+    p, m_i, l_i, sv, c, alpha = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL,
+                                              True, s_cols, o_rows)
     if PERMUTED_V:
         p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
     else:
         p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
-    acc = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), acc * c[:, None])
+    pv = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
+    w = warpgroup_mma(gl.convert_layout(p8, pw_layout), ones_smem.permute((1, 0)), w_zero, use_acc=False,
+                      is_async=True)
+    pv, w = warpgroup_mma_wait(0, deps=[pv, w])
+    acc = acc * c[:, None] + pv
+    w_i = w_i * alpha + gl.convert_layout(gl.max(w, 1), s_rows)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
-    o = acc * gl.convert_layout(sv / l_i, o_rows)[:, None]
+    # O = acc * sv / w: divided by the sum of the rounded weights, not by l (attention_fp8._fwd_inner)
+    o = acc * gl.convert_layout(sv / w_i, o_rows)[:, None]
     o = gl.convert_layout(o.to(O.dtype.element_ty), q_layout)
     gl.store(O + b * stride_ob + h * stride_oh + offs_qm[:, None] * stride_on + offs_qd[None, :], o,
              mask=(offs_qm < N)[:, None])

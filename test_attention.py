@@ -297,6 +297,36 @@ def test_zero_query_and_key_tiles(causal, monkeypatch):
         assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_output_is_a_weighted_mean_of_v(causal, monkeypatch):
+    """O_i = sum_j w_ij V_j / sum_j w_ij with the very weights w = P~^ (e4m3) that multiply V: a
+    convex combination of the rows of V. Normalized by the sum of the unrounded P~ instead, O comes
+    out scaled by (sum P~^ / sum P~), which is not 1 where a row's weights round alike: near-uniform
+    rows put every P~ just below 256, and they all round to 240 or to 256. Two checks: keys that all
+    carry one value vector give back that vector, and near-uniform rows (small Q, V = 1 + noise)
+    carry no bias in O's mean. Before the fix (interpreter, N = 512, D = 64, Q * 0.01) the first
+    was off by 0.0091 and the second by +0.69%; after it, 0.0015 and -0.01%. On the H200 the Gluon
+    forward, which summed P~^ V^ in the tensor cores across key tiles (their running sum keeps about
+    14 bits), was off by 0.034 and -2.6% at this test's N = 4096 (0.17 and -11% at N = 16384)."""
+    gluon_at_every_size(monkeypatch)
+    B, H, N, D = (1, 4, 4096, 128) if ON_GPU else (1, 2, 384, 64)
+    sm_scale = 1.0 / math.sqrt(D)
+    q, k, v, _ = make_inputs(B, H, H, N, D, seed=71)
+    q = q * 0.01                                         # near-uniform attention over all keys
+    v_one = v[:, :, :1].expand(B, H, N, D).contiguous()  # every key carries the same vector
+    o = attention(q, k, v_one, causal=causal).double()
+    # what the kernel sees of that vector: every 128-key tile has the same amax, so the same e4m3 row
+    v_seen = dequantize(v_one, "v")[:, :, :1]
+    # to BF16 rounding of O: half a unit in the last place is at most 2^-8 of a value (measured: 0.0014-0.0015)
+    assert rel_err(o, v_seen.expand_as(o)) < 3e-3, f"O of a constant V: {describe(o, v_seen.expand_as(o))}"
+    v_near = (1.0 + 0.1 * v.float()).to(v.dtype)
+    o = attention(q, k, v_near, causal=causal).double()
+    ref = reference(dequantize(q, "q"), dequantize(k, "k"), dequantize(v_near, "v"), causal, sm_scale)[0]
+    bias = ((o - ref).mean() / ref.abs().mean()).item()
+    assert abs(bias) < 1e-3, f"O's mean is off by {bias:+.3%} on near-uniform rows"
+    assert rel_err(o, ref) < TOL_DEQ["o"], describe(o, ref)
+
+
 def test_kernels_compile_for_hopper():
     """The interpreter runs code that Triton's compiler may refuse. Compile every kernel for sm_90a
     too, which needs no GPU (kernel_registers.py; Triton ships the ptxas it calls)."""
