@@ -639,7 +639,12 @@ HOPPER_FORWARD = (64, 128)
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (dS^T's row scale per 64 queries
 # rather than 32), 1.37-1.42x faster at D = 128 on the H200; at D = 64, with three programs per SM,
 # forward + backward 1.08-1.12x (both Gluon kernels against both Triton ones; SPEED.md, step 11).
-HOPPER_BACKWARD = (64, 128)
+# None, for now: the Gluon kernel sums dV in the tensor cores across query tiles, whose FP8 running
+# sum keeps about 14 bits, and where dO has a nonzero mean dV loses the low bits of later tiles.
+# Measured on the H200 with dO = 1 + 0.1 N(0,1): dV off by 3.7% at N = 4096 and 15% at N = 16384,
+# against 0.2% with _bwd_dkdv_kernel, which adds each tile's dot in fp32 (SPEED.md, step 17;
+# test_dv_is_a_weighted_sum_of_do). The forward had the same flaw and sums in fp32 since.
+HOPPER_BACKWARD = ()
 # ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
 # 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took
 # 0.81-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but
