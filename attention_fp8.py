@@ -637,14 +637,12 @@ def quantize(x, tile, rows=True, cols=False):
 HOPPER_FORWARD = (64, 128)
 # Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (dS^T's row scale per 64 queries
-# rather than 32), 1.37-1.42x faster at D = 128 on the H200; at D = 64, with three programs per SM,
-# forward + backward 1.08-1.12x (both Gluon kernels against both Triton ones; SPEED.md, step 11).
-# None, for now: the Gluon kernel sums dV in the tensor cores across query tiles, whose FP8 running
-# sum keeps about 14 bits, and where dO has a nonzero mean dV loses the low bits of later tiles.
-# Measured on the H200 with dO = 1 + 0.1 N(0,1): dV off by 3.7% at N = 4096 and 15% at N = 16384,
-# against 0.2% with _bwd_dkdv_kernel, which adds each tile's dot in fp32 (SPEED.md, step 17;
-# test_dv_is_a_weighted_sum_of_do). The forward had the same flaw and sums in fp32 since.
-HOPPER_BACKWARD = ()
+# rather than 32). It sums dV in the tensor cores, whose FP8 running sum keeps about 14 bits, and
+# flushes that sum into fp32 every DV_FLUSH query tiles; without the flush, dV came out 3.7% low at
+# N = 4096 and 15% low at N = 16384 where dO has a nonzero mean (SPEED.md, step 17;
+# test_dv_is_a_weighted_sum_of_do). With it, on the H200, the kernel runs 1.43x the Triton one at
+# 2x16x8192x128 and 1.17x at 4x16x4096x64 (GPU time).
+HOPPER_BACKWARD = (64, 128)
 # ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
 # 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took
 # 0.81-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but

@@ -354,7 +354,13 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 # last back to the diagonal: far queries, whose P is small, come first, and dv grows toward its
 # final size. Measured on the H200 (head 0 against fp32, N = 8192 / 16384 / 32768): dV error
 # 0.0514 / 0.0509 / 0.0524 in this order, the Triton kernel's to four digits; diagonal-first it
-# was 0.0517 / 0.0517 / 0.0572.
+# was 0.0517 / 0.0517 / 0.0572. That was on N(0,1) inputs. Where dO has a nonzero mean, dV's terms
+# share a sign and the sum grows with every tile whatever the order: with dO = 1 + 0.1 N(0,1) dV
+# came out 3.6% low at N = 4096 and 15% low at N = 16384 (SPEED.md, step 17). So every DV_FLUSH
+# query tiles the tensor cores' sum is added to an fp32 dV in shared memory (32 KiB at D = 128)
+# and restarts from zero: it never spans more than DV_FLUSH tiles. A second fp32 accumulator in
+# registers, the forward's fix, spills here (976 bytes at D = 128, offline): dK, dV, T and the
+# rows of two tiles already fill the 255.
 #
 # Registers per thread at D = 128: dK and dV take 64 each, S^T and dP^T 32 each, T 64 (after
 # S^T and dP^T are dead). One warpgroup per program (BLOCK_N = 64) and two programs per SM ran
@@ -399,12 +405,12 @@ def _dkdv_rows(bh, start_m, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOC
 
 
 @gluon.jit
-def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem, v_smem, qdo_smem, qdot_smem,
+def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem, k_smem, v_smem, qdo_smem, qdot_smem,
                p_smem, ds_smem, ready, qdo_desc, qdot_desc, SQ, SDO, LSE, stride_lb, DELTA,
                sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-               p_layout: gl.constexpr):
+               p_layout: gl.constexpr, DV_FLUSH: gl.constexpr):
     # Two slots: this tile's and the next's. Every warp is done with tile it - 1 (the wait at the
     # end of its step), so its slot takes the next tile.
     thread_barrier()
@@ -465,6 +471,12 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
     t = warpgroup_mma(ds_op, qt_smem.permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
                       use_acc=False, is_async=True)
     t, dv = warpgroup_mma_wait(0, deps=[t, dv])
+    if DV_FLUSH > 0:
+        if it % DV_FLUSH == DV_FLUSH - 1:
+            # The tensor cores' running sum keeps about 14 bits: every DV_FLUSH tiles it is added, in
+            # dO's units, to dV in fp32 in shared memory (each thread its own elements), and restarts.
+            dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new)
+            dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)), gl.SliceLayout(1, o_layout))
     return lse_n, delta_n, sq_n, sdo_n, dk + t * row_scale[:, None], dv, sdo_new
 
@@ -473,7 +485,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, k_s
 def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        PERMUTED_Q: gl.constexpr = False):
+                        PERMUTED_Q: gl.constexpr = False, DV_FLUSH: gl.constexpr = 0):
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
     gl.static_assert(BLOCK_N % 64 == 0, "one warpgroup per 64 keys")
     WARPS: gl.constexpr = BLOCK_N // 16
@@ -515,6 +527,9 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     pt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], gl.float8e4nv)
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
     ds_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
+    # dV in fp32, in true units, when the tensor cores' sum is flushed every DV_FLUSH tiles
+    dv_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N if DV_FLUSH > 0 else 1, D],
+                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     fence_async_shared()     # K^, V^ and the barriers, before the async proxy (TMA, wgmma) uses them
     thread_barrier()
 
@@ -540,19 +555,21 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     lse, delta, sq, sdo = _dkdv_rows(bh0, m_first, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOCK_M, s_layout)
     sdo_u = sdo     # dv's units: the first tile's dO scale
+    if DV_FLUSH > 0:
+        dv_smem.store(dv)
     for g in range(group):
         for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
-                g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem,
-                v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
+                g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
+                k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                False, PERMUTED_Q, s_layout, o_layout, p_layout)
+                False, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH)
         for j in range(n_m - n_diag, n_m):
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
-                g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, k_smem,
-                v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
+                g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
+                k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout)
+                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH)
     for i in gl.static_range(2):
         mbarrier.invalidate(ready.index(i))
 
@@ -560,7 +577,11 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     out = b * stride_kb + hk * stride_kh + offs_kn[:, None] * stride_kn + offs_d[None, :]
     key_ok = (offs_kn < N)[:, None]
     gl.store(DK + out, gl.convert_layout((dk * sm_scale).to(DK.dtype.element_ty), io_layout), mask=key_ok)
-    gl.store(DV + out, gl.convert_layout((dv * (sdo_u / 256.0)).to(DV.dtype.element_ty), io_layout), mask=key_ok)
+    if DV_FLUSH > 0:
+        dv = (dv_smem.load(o_layout) + dv * sdo_u) * (1.0 / 256.0)
+    else:
+        dv = dv * (sdo_u / 256.0)
+    gl.store(DV + out, gl.convert_layout(dv.to(DV.dtype.element_ty), io_layout), mask=key_ok)
 
 
 # BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
@@ -569,8 +590,11 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # maxnreg: as for the forward, three programs per SM at D = 64 (186 registers uncapped, 168 with
 # 72 bytes spilled), which made this kernel faster than the Triton one there (SPEED.md, step 11).
 # At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
-DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, maxnreg=168),
-                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True)}
+# DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above); 0 never flushes, the
+# kernel of steps 5-15, which is wrong where dO has a mean. With 4: the kernel 1.43x / 1.17x the
+# Triton one at 2x16x8192x128 / 4x16x4096x64 (0.75x / 0.77x of its speed without the flush).
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, maxnreg=168),
+                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4)}
 
 
 @functools.lru_cache(maxsize=None)
