@@ -14,6 +14,7 @@ peak memory, and each method's error against an FP32 reference on the same input
     python bench_attention.py --profile            # per-kernel GPU time vs wall time of fp8 forward+backward
     python bench_attention.py --graphs             # forward+backward replayed from CUDA graphs: no host time
     python bench_attention.py --graphs --model-layout --shapes 64x12x1024x64   # as the GPT passes its tensors
+    python bench_attention.py --mean 1 --shapes 1x16x16384x128   # v and dO with a mean: sums that grow with N
 
 FLOPs are counted as the Triton tutorial and FlashAttention do: forward = 4*B*H*N^2*D, halved when
 causal; forward+backward = 3.5x forward (2.5x for the backward's five matmuls, not counting the
@@ -67,14 +68,24 @@ def rel_err(x, ref):
 # --model-layout: inputs laid out in memory as (B, N, H, D) and seen as (B, H, N, D), as the GPT
 # (model.py) passes them; then O and the gradients come back in that layout too.
 MODEL_LAYOUT = False
+# --mean: a common mean added to v and do. N(0, 1) values keep the sums over keys (P V) and over
+# queries (P^T dO) near zero; with a mean they grow with N, as with real activations. The kernels'
+# sums in the tensor cores (SPEED.md, step 17) were wrong by up to 16% there and right on N(0, 1).
+MEAN = 0.0
 
 
 def inputs(B, H, N, D, device="cuda"):
-    """q, k, v and the upstream gradient do: N(0, 1) in bf16, the same for every method and revision."""
+    """q, k, v and the upstream gradient do: N(0, 1) in bf16 (v and do + MEAN), the same for every
+    method and revision."""
     torch.manual_seed(0)
     if MODEL_LAYOUT:
-        return [torch.randn(B, N, H, D, device=device, dtype=torch.bfloat16).transpose(1, 2) for _ in range(4)]
-    return [torch.randn(B, H, N, D, device=device, dtype=torch.bfloat16) for _ in range(4)]
+        xs = [torch.randn(B, N, H, D, device=device, dtype=torch.bfloat16).transpose(1, 2) for _ in range(4)]
+    else:
+        xs = [torch.randn(B, H, N, D, device=device, dtype=torch.bfloat16) for _ in range(4)]
+    if MEAN:
+        for x in xs[2:]:
+            x.add_(MEAN)        # in place: the layout stays
+    return xs
 
 
 def bench_shape(B, H, N, D, causal, with_errors=True):
@@ -154,6 +165,8 @@ def main():
     p.add_argument("--no-errors", action="store_true", help="skip the FP32 reference")
     p.add_argument("--model-layout", action="store_true", help="inputs laid out as (B, N, H, D) in memory, seen as "
                    "(B, H, N, D): what the GPT of model.py passes (default: contiguous (B, H, N, D))")
+    p.add_argument("--mean", type=float, default=0.0, help="add this to v and do (default 0: N(0, 1) inputs); "
+                   "errors then show sums that lose precision as N grows")
     p.add_argument("--sweep", nargs="*", metavar="KERNEL", default=None, choices=list(SWEEP),
                    help="time the tilings of SWEEP first (for these kernels, default all) and use the fastest")
     p.add_argument("--json", default=None, help="also write the rows to this file")
@@ -170,12 +183,13 @@ def main():
     only.add_argument("--graphs", action="store_true", help="instead of the table: forward+backward of every method "
                       "in eager mode and replayed from a CUDA graph (which takes the host's share away)")
     args = p.parse_args()
-    global MODEL_LAYOUT
-    MODEL_LAYOUT = args.model_layout
+    global MODEL_LAYOUT, MEAN
+    MODEL_LAYOUT, MEAN = args.model_layout, args.mean
     if not torch.cuda.is_available():
         sys.exit("bench_attention.py needs a CUDA GPU")
     print(f"GPU {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__} | "
-          f"cuDNN {torch.backends.cudnn.version()} | inputs {'(B, N, H, D) in memory' if MODEL_LAYOUT else 'contiguous'}")
+          f"cuDNN {torch.backends.cudnn.version()} | inputs {'(B, N, H, D) in memory' if MODEL_LAYOUT else 'contiguous'}"
+          + (f" | v and dO + {MEAN:g}" if MEAN else ""))
     if args.profile:
         return profile(args.shapes, not args.no_causal)
     if args.graphs:

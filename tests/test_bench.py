@@ -1,8 +1,10 @@
 """bench_attention.py: the --compare loader (a revision given as a directory brings its own Gluon kernels), and
-the inputs of --model-layout."""
+the inputs of --model-layout and --mean."""
 import inspect
 import os
 import shutil
+
+import torch
 
 import bench_attention as B
 
@@ -33,3 +35,16 @@ def test_model_layout_inputs(monkeypatch):
     for x, y in zip(plain, model):
         assert x.shape == y.shape == (2, 3, 5, 64) and x.is_contiguous()
         assert y.stride() == (5 * 3 * 64, 64, 3 * 64, 1)
+
+
+def test_mean_inputs(monkeypatch):
+    """--mean adds a common mean to v and do only, in either layout."""
+    for layout in (False, True):
+        monkeypatch.setattr(B, "MODEL_LAYOUT", layout)
+        monkeypatch.setattr(B, "MEAN", 1.0)
+        shifted = B.inputs(2, 3, 64, 64, device="cpu")
+        monkeypatch.setattr(B, "MEAN", 0.0)
+        base = B.inputs(2, 3, 64, 64, device="cpu")
+        for i, (x, y) in enumerate(zip(base, shifted)):
+            assert x.stride() == y.stride()
+            assert torch.equal(y, x if i < 2 else (x.float() + 1.0).bfloat16()), i
