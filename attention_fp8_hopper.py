@@ -578,6 +578,7 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     key_ok = (offs_kn < N)[:, None]
     gl.store(DK + out, gl.convert_layout((dk * sm_scale).to(DK.dtype.element_ty), io_layout), mask=key_ok)
     if DV_FLUSH > 0:
+        thread_barrier()    # the last tile's flush, if it had one, is written (as each tile's barrier orders the rest)
         dv = (dv_smem.load(o_layout) + dv * sdo_u) * (1.0 / 256.0)
     else:
         dv = dv * (sdo_u / 256.0)
