@@ -153,7 +153,8 @@ def main():
             maxnreg = cfg.pop("maxnreg", None)
             regs, spills, shared = resources(H._dkdv_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_N"] // 16,
                                              1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]), maxnreg)
-            tiling = f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s2" + cap(maxnreg)
+            tiling = (f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s2"
+                      + (f" flush{cfg['DV_FLUSH']}" if cfg.get("DV_FLUSH") else "") + cap(maxnreg))
             row(D, "dkdv-gluon", tiling, regs, spills, shared, cfg["BLOCK_N"] // 16)
 
 
