@@ -271,15 +271,15 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
     if CAUSAL:
         n_free = (start_m // BLOCK_N) * BLOCK_N      # key blocks start at multiples of BLOCK_N
         acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_free,
-                                   N, N_pad, D, BLOCK_N, CAUSAL, False)
+                                       N, N_pad, D, BLOCK_N, CAUSAL, False)
         acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_free,
-                                   tl.minimum(start_m + BLOCK_M, N_pad), N, N_pad, D, BLOCK_N, CAUSAL, True)
+                                       tl.minimum(start_m + BLOCK_M, N_pad), N, N_pad, D, BLOCK_N, CAUSAL, True)
     else:
         n_full = (N // BLOCK_N) * BLOCK_N
         acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, 0, n_full,
-                                   N, N_pad, D, BLOCK_N, CAUSAL, False)
+                                       N, N_pad, D, BLOCK_N, CAUSAL, False)
         acc, l_i, w_i, m_i = _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, n_full, N_pad,
-                                   N, N_pad, D, BLOCK_N, CAUSAL, True)
+                                       N, N_pad, D, BLOCK_N, CAUSAL, True)
     o = acc / w_i[:, None]
     tl.store(O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :],
              o.to(O.dtype.element_ty), mask=row_ok[:, None])
