@@ -471,12 +471,11 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
     t = warpgroup_mma(ds_op, qt_smem.permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
                       use_acc=False, is_async=True)
     t, dv = warpgroup_mma_wait(0, deps=[t, dv])
-    if DV_FLUSH > 0:
-        if it % DV_FLUSH == DV_FLUSH - 1:
-            # The tensor cores' running sum keeps about 14 bits: every DV_FLUSH tiles it is added, in
-            # dO's units, to dV in fp32 in shared memory (each thread its own elements), and restarts.
-            dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new)
-            dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
+    if it % DV_FLUSH == DV_FLUSH - 1:
+        # The tensor cores' running sum keeps about 14 bits: every DV_FLUSH tiles it is added, in
+        # dO's units, to dV in fp32 in shared memory (each thread its own elements), and restarts.
+        dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new)
+        dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)), gl.SliceLayout(1, o_layout))
     return lse_n, delta_n, sq_n, sdo_n, dk + t * row_scale[:, None], dv, sdo_new
 
@@ -485,7 +484,8 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
 def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        PERMUTED_Q: gl.constexpr = False, DV_FLUSH: gl.constexpr = 0):
+                        DV_FLUSH: gl.constexpr, PERMUTED_Q: gl.constexpr = False):
+    gl.static_assert(DV_FLUSH >= 1, "query tiles per flush of dV's tensor-core sum into fp32")
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
     gl.static_assert(BLOCK_N % 64 == 0, "one warpgroup per 64 keys")
     WARPS: gl.constexpr = BLOCK_N // 16
@@ -527,9 +527,8 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     pt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], gl.float8e4nv)
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
     ds_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
-    # dV in fp32, in true units, when the tensor cores' sum is flushed every DV_FLUSH tiles
-    dv_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N if DV_FLUSH > 0 else 1, D],
-                                        gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    # dV in fp32, in true units: the tensor cores' sum is flushed into it every DV_FLUSH tiles
+    dv_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, D], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     fence_async_shared()     # K^, V^ and the barriers, before the async proxy (TMA, wgmma) uses them
     thread_barrier()
 
@@ -555,8 +554,7 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     lse, delta, sq, sdo = _dkdv_rows(bh0, m_first, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOCK_M, s_layout)
     sdo_u = sdo     # dv's units: the first tile's dO scale
-    if DV_FLUSH > 0:
-        dv_smem.store(dv)
+    dv_smem.store(dv)
     for g in range(group):
         for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
@@ -577,11 +575,8 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     out = b * stride_kb + hk * stride_kh + offs_kn[:, None] * stride_kn + offs_d[None, :]
     key_ok = (offs_kn < N)[:, None]
     gl.store(DK + out, gl.convert_layout((dk * sm_scale).to(DK.dtype.element_ty), io_layout), mask=key_ok)
-    if DV_FLUSH > 0:
-        thread_barrier()    # the last tile's flush, if it had one, is written (as each tile's barrier orders the rest)
-        dv = (dv_smem.load(o_layout) + dv * sdo_u) * (1.0 / 256.0)
-    else:
-        dv = dv * (sdo_u / 256.0)
+    thread_barrier()    # the last tile's flush, if it had one, is written (as each tile's barrier orders the rest)
+    dv = (dv_smem.load(o_layout) + dv * sdo_u) * (1.0 / 256.0)
     gl.store(DV + out, gl.convert_layout(dv.to(DV.dtype.element_ty), io_layout), mask=key_ok)
 
 
@@ -591,9 +586,9 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # maxnreg: as for the forward, three programs per SM at D = 64 (186 registers uncapped, 168 with
 # 72 bytes spilled), which made this kernel faster than the Triton one there (SPEED.md, step 11).
 # At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
-# DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above); 0 never flushes, the
-# kernel of steps 5-15, which is wrong where dO has a mean. With 4: the kernel 1.43x / 1.17x the
-# Triton one at 2x16x8192x128 / 4x16x4096x64 (0.75x / 0.77x of its speed without the flush).
+# DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above). With 4: the kernel
+# 1.43x / 1.17x the Triton one at 2x16x8192x128 / 4x16x4096x64, 0.75x / 0.77x of its speed with no
+# flush (steps 5-15, wrong where dO has a mean).
 DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, maxnreg=168),
                 128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4)}
 
