@@ -528,7 +528,10 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
     ds_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
     # dV in fp32, in true units: the tensor cores' sum is flushed into it every DV_FLUSH tiles
-    dv_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, D], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    # Swizzled: the accumulator layout gives each thread 2 adjacent columns of 8 rows spaced D
+    # floats apart, so unswizzled the 4 rows of a half-warp's 64-bit access fall in one 8-bank group
+    # (a 4-way conflict). XOR-ing 8-column groups with (row % 4) spreads them over all 32 banks.
+    dv_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, D], gl.SwizzledSharedLayout(8, 1, 4, [1, 0]))
     fence_async_shared()     # K^, V^ and the barriers, before the async proxy (TMA, wgmma) uses them
     thread_barrier()
 
