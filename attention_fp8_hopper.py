@@ -589,9 +589,13 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # maxnreg: as for the forward, three programs per SM at D = 64 (186 registers uncapped, 168 with
 # 72 bytes spilled), which made this kernel faster than the Triton one there (SPEED.md, step 11).
 # At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
-# DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above). With 4: the kernel
-# 1.43x / 1.17x the Triton one at 2x16x8192x128 / 4x16x4096x64, 0.75x / 0.77x of its speed with no
-# flush (steps 5-15, wrong where dO has a mean).
+# DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above). Measured on the H200
+# (dO = 1 + 0.1 N(0,1), N = 4096 and 16384, results/dkdv_flush_swizzle_h200.txt): dV's mean bias
+# -0.11% with 2 (the Triton kernel's, P's rounding), -0.18 / -0.20% with 4, -0.47 / -0.54% with 8;
+# the kernel 1.06x / 1.04x faster with 4 than with 2, and 8 only 1.03x / 1.02x faster than 4.
+# With 4 (and the swizzle) it took 1844 / 590 us of GPU time at 2x16x8192x128 / 4x16x4096x64:
+# 1.57x / 1.35x the Triton kernel, 0.82x / 0.89x of its speed with no flush (wrong where dO has a
+# mean), those two read in an earlier run of the same machine kind (results/dkdv_flush_h200.txt).
 DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, maxnreg=168),
                 128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4)}
 
