@@ -46,6 +46,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -59,6 +60,9 @@ thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 # A TMA copy of a tile from global to shared memory: tma.async_load, which Triton 3.9 requires and
 # 3.8 also calls tma.async_copy_global_to_shared, the name Triton 3.6 knows it by.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# A copy from global to shared memory by each thread (cp.async): async_copy.async_load from 3.8 on
+# (3.9 requires it), async_copy_global_to_shared in 3.6.
+cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 @triton.constexpr_function
@@ -392,27 +396,53 @@ def _dkdv_load(bh, start_m, slot, ready, qdo_desc, qdot_desc, qdo_smem, qdot_sme
 
 
 @gluon.jit
+def _dkdv_rows_copy(bh, start_m, rows_smem, b, H, LSE, stride_lb, DELTA, N, N_pad, BLOCK_M: gl.constexpr,
+                    WARPS: gl.constexpr):
+    """Starts copying the query tile's LSE and delta into rows_smem (cp.async, one group): LSE in its
+    first BLOCK_M floats, delta in the next, one float per thread. Through shared memory rather than
+    loaded into registers a tile ahead (step 12), because ptxas moved those loads: Nsight Compute
+    found them issued after the tile's last wgmma wait, and the loop's back edge waiting on them
+    (13.8% of the warps' samples on long scoreboard, 5.5% before step 18; SPEED.md, step 19). A copy
+    has no register to wait on; this tile reads its rows from shared memory while its wgmmas run."""
+    i = gl.arange(0, 2 * BLOCK_M, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
+    is_lse = i < BLOCK_M
+    offs_m = start_m + gl.where(is_lse, i, i - BLOCK_M)
+    ptr = gl.where(is_lse, LSE + b * stride_lb + (bh - b * H) * N + offs_m, DELTA + bh * N_pad + offs_m)
+    cp_async_load(rows_smem, ptr, mask=(offs_m < N) | ~is_lse)
+    async_copy.commit_group()
+
+
+@gluon.jit
 def _dkdv_rows(bh, start_m, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOCK_M: gl.constexpr,
                s_layout: gl.constexpr):
-    """LSE and delta of the query tile's rows, and its Q and dO scales."""
+    """LSE and delta of the query tile's rows, and its Q and dO scales, into registers."""
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     # Query rows past N get LSE = +inf, hence P = 0 (their dO^ rows are zero too).
     lse = gl.load(LSE + b * stride_lb + (bh - b * H) * N + offs_m, mask=offs_m < N, other=float("inf"))
     delta = gl.load(DELTA + bh * N_pad + offs_m)
-    sq = gl.load(SQ + bh * N_pad + start_m)
-    sdo = gl.load(SDO + bh * N_pad + start_m)
+    sq, sdo = _dkdv_scales(bh, start_m, SQ, SDO, N_pad)
     return lse, delta, sq, sdo
 
 
 @gluon.jit
-def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem, k_smem, v_smem, qdo_smem, qdot_smem,
+def _dkdv_scales(bh, start_m, SQ, SDO, N_pad):
+    """The query tile's Q and dO scales."""
+    return gl.load(SQ + bh * N_pad + start_m), gl.load(SDO + bh * N_pad + start_m)
+
+
+@gluon.jit
+def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem, rows_smem, k_smem, v_smem, qdo_smem, qdot_smem,
                p_smem, ds_smem, ready, qdo_desc, qdot_desc, SQ, SDO, LSE, stride_lb, DELTA,
                sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-               p_layout: gl.constexpr, DV_FLUSH: gl.constexpr):
+               p_layout: gl.constexpr, DV_FLUSH: gl.constexpr, ROWS_CP_ASYNC: gl.constexpr):
     # Two slots: this tile's and the next's. Every warp is done with tile it - 1 (the wait at the
-    # end of its step), so its slot takes the next tile.
+    # end of its step), so its slot takes the next tile. With ROWS_CP_ASYNC this tile's LSE and delta
+    # came in during the tile before (cp.async): each thread waits for its own part, the barrier for
+    # everyone's.
+    if ROWS_CP_ASYNC:
+        async_copy.wait_group(0)
     thread_barrier()
     bh_n, start_m_n = _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M)
     _dkdv_load(bh_n, start_m_n, (it + 1) % 2, ready, qdo_desc, qdot_desc, qdo_smem, qdot_smem,
@@ -435,8 +465,20 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
     # here for this tile, their trip to global memory outlasted the two wgmmas and stalled the
     # softmax on every tile (SPEED.md, step 12).
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    lse_n, delta_n, sq_n, sdo_n = _dkdv_rows(bh_n, start_m_n, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad,
-                                             BLOCK_M, s_layout)
+    if ROWS_CP_ASYNC:   # LSE and delta through shared memory (_dkdv_rows_copy), the scales as above
+        sq_n, sdo_n = _dkdv_scales(bh_n, start_m_n, SQ, SDO, N_pad)
+        lse_n, delta_n = lse, delta     # unused: the loop drops them
+        lse = rows_smem.slice(0, BLOCK_M).load(gl.SliceLayout(0, s_layout))
+        delta = rows_smem.slice(BLOCK_M, BLOCK_M).load(gl.SliceLayout(0, s_layout))
+        # Once every warp has them, the next tile's come in (one slot: two would take the shared
+        # memory that two programs per SM leave at D = 128, by 32 bytes).
+        thread_barrier()
+        _dkdv_rows_copy(bh_n, start_m_n, rows_smem, b, H, LSE, stride_lb, DELTA, N, N_pad, BLOCK_M, BLOCK_N // 16)
+        if start_m + BLOCK_M > N:   # query rows past N get LSE = +inf, hence P = 0 (their dO^ rows are zero too)
+            lse = gl.where(offs_m < N, lse, float("inf"))
+    else:
+        lse_n, delta_n, sq_n, sdo_n = _dkdv_rows(bh_n, start_m_n, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad,
+                                                 BLOCK_M, s_layout)
 
     sT = warpgroup_mma_wait(1, deps=[sT])
     if MASK:
@@ -484,7 +526,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
 def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        DV_FLUSH: gl.constexpr, PERMUTED_Q: gl.constexpr = False):
+                        DV_FLUSH: gl.constexpr, PERMUTED_Q: gl.constexpr = False, ROWS_CP_ASYNC: gl.constexpr = False):
     gl.static_assert(DV_FLUSH >= 1, "query tiles per flush of dV's tensor-core sum into fp32")
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
     gl.static_assert(BLOCK_N % 64 == 0, "one warpgroup per 64 keys")
@@ -532,6 +574,8 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     # floats apart, so unswizzled the 4 rows of a half-warp's 64-bit access fall in one 8-bank group
     # (a 4-way conflict). XOR-ing 8-column groups with (row % 4) spreads them over all 32 banks.
     dv_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, D], gl.SwizzledSharedLayout(8, 1, 4, [1, 0]))
+    # LSE and delta of the next query tile, copied in during this one (_dkdv_rows_copy)
+    rows_smem = gl.allocate_shared_memory(gl.float32, [2 * BLOCK_M], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     fence_async_shared()     # K^, V^ and the barriers, before the async proxy (TMA, wgmma) uses them
     thread_barrier()
 
@@ -555,24 +599,32 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
     dk = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
-    lse, delta, sq, sdo = _dkdv_rows(bh0, m_first, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOCK_M, s_layout)
+    if ROWS_CP_ASYNC:
+        _dkdv_rows_copy(bh0, m_first, rows_smem, b, H, LSE, stride_lb, DELTA, N, N_pad, BLOCK_M, WARPS)
+        sq, sdo = _dkdv_scales(bh0, m_first, SQ, SDO, N_pad)
+        lse = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(0, s_layout))     # unused: read from rows_smem
+        delta = lse
+    else:
+        lse, delta, sq, sdo = _dkdv_rows(bh0, m_first, b, H, LSE, stride_lb, DELTA, SQ, SDO, N, N_pad, BLOCK_M, s_layout)
     sdo_u = sdo     # dv's units: the first tile's dO scale
     dv_smem.store(dv)
     for g in range(group):
         for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
-                k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
+                rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                False, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH)
+                False, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC)
         for j in range(n_m - n_diag, n_m):
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
-                k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
+                rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH)
+                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC)
     for i in gl.static_range(2):
         mbarrier.invalidate(ready.index(i))
+    if ROWS_CP_ASYNC:
+        async_copy.wait_group(0)     # the last tile's copy of rows it never reads
 
     offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
     out = b * stride_kb + hk * stride_kh + offs_kn[:, None] * stride_kn + offs_d[None, :]
@@ -596,8 +648,12 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # With 4 (and the swizzle) it took 1844 / 590 us of GPU time at 2x16x8192x128 / 4x16x4096x64:
 # 1.57x / 1.35x the Triton kernel, 0.82x / 0.89x of its speed with no flush (wrong where dO has a
 # mean), those two read in an earlier run of the same machine kind (results/dkdv_flush_h200.txt).
-DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, maxnreg=168),
-                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4)}
+# ROWS_CP_ASYNC: each query tile's LSE and delta come through shared memory (_dkdv_rows_copy) rather
+# than loaded into registers a tile ahead: the kernel 1.033x / 1.044x faster at 2x16x8192x128 /
+# 4x16x4096x128, but 0.929x at 4x16x4096x64, where it spilled 88 bytes instead of 68 under the cap
+# (results/dkdv_rows_cp_async_h200.txt). So D = 128 only.
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=False, maxnreg=168),
+                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=True)}
 
 
 @functools.lru_cache(maxsize=None)

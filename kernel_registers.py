@@ -95,7 +95,7 @@ def programs_per_sm(regs, shared, warps):
 
 
 def row(D, name, tiling, regs, spills, shared, warps):
-    print(f"{D:>4} {name:>10} {tiling:>28} | {regs:>9} {spills:>13} {shared / 1024:>10.1f} "
+    print(f"{D:>4} {name:>10} {tiling:>36} | {regs:>9} {spills:>13} {shared / 1024:>10.1f} "
           f"{programs_per_sm(regs, shared, warps):>11}", flush=True)
 
 
@@ -124,7 +124,7 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.hopper)))
         H = load(args.hopper, "attention_fp8_hopper_under_test")
     print(f"{args.file}: triton {triton.__version__}, target sm_90a, causal, matched delta")
-    print(f"{'D':>4} {'kernel':>10} {'tiling':>28} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10} "
+    print(f"{'D':>4} {'kernel':>10} {'tiling':>36} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10} "
           f"{'per SM':>11}")
     for D in args.head_dims or A.HEAD_DIMS:
         A.tiles(D)      # refuses an inconsistent CONFIGS[D]
@@ -154,7 +154,8 @@ def main():
             regs, spills, shared = resources(H._dkdv_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_N"] // 16,
                                              1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]), maxnreg)
             tiling = (f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s2"
-                      + (f" flush{cfg['DV_FLUSH']}" if cfg.get("DV_FLUSH") else "") + cap(maxnreg))
+                      + (f" flush{cfg['DV_FLUSH']}" if cfg.get("DV_FLUSH") else "")
+                      + (" rows-cp.async" if cfg.get("ROWS_CP_ASYNC") else "") + cap(maxnreg))
             row(D, "dkdv-gluon", tiling, regs, spills, shared, cfg["BLOCK_N"] // 16)
 
 
