@@ -640,8 +640,8 @@ HOPPER_FORWARD = (64, 128)
 # rather than 32). It sums dV in the tensor cores, whose FP8 running sum keeps about 14 bits, and
 # flushes that sum into fp32 every DV_FLUSH query tiles; without the flush, dV came out 3.7% low at
 # N = 4096 and 15% low at N = 16384 where dO has a nonzero mean (SPEED.md, step 17;
-# test_dv_is_a_weighted_sum_of_do). With it, on the H200, the kernel runs 1.43x the Triton one at
-# 2x16x8192x128 and 1.17x at 4x16x4096x64 (GPU time).
+# test_dv_is_a_weighted_sum_of_do). Its speed against the Triton kernel, with the flush, is measured
+# beside its configurations (attention_fp8_hopper.DKDV_CONFIGS).
 HOPPER_BACKWARD = (64, 128)
 # ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
 # 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took

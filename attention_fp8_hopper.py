@@ -431,8 +431,8 @@ def _dkdv_scales(bh, start_m, SQ, SDO, N_pad):
 
 
 @gluon.jit
-def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem, rows_smem, k_smem, v_smem, qdo_smem, qdot_smem,
-               p_smem, ds_smem, ready, qdo_desc, qdot_desc, SQ, SDO, LSE, stride_lb, DELTA,
+def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem, rows_smem, k_smem, v_smem,
+               qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc, SQ, SDO, LSE, stride_lb, DELTA,
                sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
