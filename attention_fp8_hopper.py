@@ -436,7 +436,8 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
                sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
-               p_layout: gl.constexpr, DV_FLUSH: gl.constexpr, ROWS_CP_ASYNC: gl.constexpr):
+               p_layout: gl.constexpr, DV_FLUSH: gl.constexpr, ROWS_CP_ASYNC: gl.constexpr,
+               FLUSH_UNDER_DOTS: gl.constexpr):
     # Two slots: this tile's and the next's. Every warp is done with tile it - 1 (the wait at the
     # end of its step), so its slot takes the next tile. With ROWS_CP_ASYNC this tile's LSE and delta
     # came in during the tile before (cp.async): each thread waits for its own part, the barrier for
@@ -460,6 +461,10 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
     s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
     sT = warpgroup_mma(k_smem, q_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     dpT = warpgroup_mma(v_smem, do_smem.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    if FLUSH_UNDER_DOTS:
+        if (it % DV_FLUSH == 0) & (it > 0):     # the flush after the tile before (end of this function)
+            dv_smem.store(dv_smem.load(o_layout) + dv * sdo_u)
+            dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
 
     # While they run, the next tile's LSE, delta and scales: this tile's came a tile ago. Loaded
     # here for this tile, their trip to global memory outlasted the two wgmmas and stalled the
@@ -513,11 +518,14 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
     t = warpgroup_mma(ds_op, qt_smem.permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
                       use_acc=False, is_async=True)
     t, dv = warpgroup_mma_wait(0, deps=[t, dv])
-    if it % DV_FLUSH == DV_FLUSH - 1:
-        # The tensor cores' running sum keeps about 14 bits: every DV_FLUSH tiles it is added, in
-        # dO's units, to dV in fp32 in shared memory (each thread its own elements), and restarts.
-        dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new)
-        dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
+    # The tensor cores' running sum keeps about 14 bits: every DV_FLUSH tiles it is added, in dO's
+    # units, to dV in fp32 in shared memory (each thread its own elements), and restarts. Here, with
+    # no wgmma in flight; or (FLUSH_UNDER_DOTS) at the top of the next tile, once its S^T and dP^T are
+    # issued, under them: the same sums bit for bit, faster at D = 64 only (DKDV_CONFIGS).
+    if not FLUSH_UNDER_DOTS:
+        if it % DV_FLUSH == DV_FLUSH - 1:
+            dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new)
+            dv = gl.zeros([BLOCK_N, D], gl.float32, o_layout)
     row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)), gl.SliceLayout(1, o_layout))
     return lse_n, delta_n, sq_n, sdo_n, dk + t * row_scale[:, None], dv, sdo_new
 
@@ -526,7 +534,8 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
 def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        DV_FLUSH: gl.constexpr, PERMUTED_Q: gl.constexpr = False, ROWS_CP_ASYNC: gl.constexpr = False):
+                        DV_FLUSH: gl.constexpr, PERMUTED_Q: gl.constexpr = False, ROWS_CP_ASYNC: gl.constexpr = False,
+                        FLUSH_UNDER_DOTS: gl.constexpr = False):
     gl.static_assert(DV_FLUSH >= 1, "query tiles per flush of dV's tensor-core sum into fp32")
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
     gl.static_assert(BLOCK_N % 64 == 0, "one warpgroup per 64 keys")
@@ -614,13 +623,13 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
                 rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                False, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC)
+                False, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC, FLUSH_UNDER_DOTS)
         for j in range(n_m - n_diag, n_m):
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
                 rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC)
+                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC, FLUSH_UNDER_DOTS)
     for i in gl.static_range(2):
         mbarrier.invalidate(ready.index(i))
     if ROWS_CP_ASYNC:
@@ -652,8 +661,14 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # than loaded into registers a tile ahead: the kernel 1.033x / 1.044x faster at 2x16x8192x128 /
 # 4x16x4096x128, but 0.929x at 4x16x4096x64, where it spilled 88 bytes instead of 68 under the cap
 # (results/dkdv_rows_cp_async_h200.txt). So D = 128 only.
-DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=False, maxnreg=168),
-                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=True)}
+# FLUSH_UNDER_DOTS: the flush of dV waits for the next tile's S^T and dP^T wgmmas and runs under them
+# (_dkdv_tile). The same dV bit for bit; the kernel 1.019x / 1.028x faster at 4x16x4096x64 /
+# 2x16x8192x64, though ptxas spills 140 bytes instead of 68 there; at D = 128 0.994x / 0.997x, where
+# ptxas waits for both wgmmas before the flush's adds (results/dkdv_flush_under_dots_h200.txt). So D = 64 only.
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=False,
+                         FLUSH_UNDER_DOTS=True, maxnreg=168),
+                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=True,
+                          FLUSH_UNDER_DOTS=False)}
 
 
 @functools.lru_cache(maxsize=None)

@@ -155,7 +155,8 @@ def main():
                                              1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]), maxnreg)
             tiling = (f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s2"
                       + (f" flush{cfg['DV_FLUSH']}" if cfg.get("DV_FLUSH") else "")
-                      + (" rows-cp.async" if cfg.get("ROWS_CP_ASYNC") else "") + cap(maxnreg))
+                      + (" rows-cp.async" if cfg.get("ROWS_CP_ASYNC") else "")
+                      + (" flush-under-dots" if cfg.get("FLUSH_UNDER_DOTS") else "") + cap(maxnreg))
             row(D, "dkdv-gluon", tiling, regs, spills, shared, cfg["BLOCK_N"] // 16)
 
 
