@@ -150,19 +150,25 @@ def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N,
     h = pid_bh % H
     rows = pid_t * TILE + tl.arange(0, TILE)
     cols = tl.arange(0, D)
-    x = tl.load(X + b * stride_b + h * stride_h + rows[:, None] * stride_n + cols[None, :] * stride_d,
-                mask=rows[:, None] < N, other=0.0).to(tl.float32)
+    x_in = tl.load(X + b * stride_b + h * stride_h + rows[:, None] * stride_n + cols[None, :] * stride_d,
+                   mask=rows[:, None] < N, other=0.0)
+    x = x_in.to(tl.float32)
     # A tile whose amax is below 1e-30 (all zero, say: padding, or dO where no loss reaches) is
     # flushed to zero with scale 0. So a zero scale means a zero tile, and every other scale lies
     # within fp32's range of any other: the Gluon kernels carry accumulators in the units of a
     # tile's scale and switch units by the ratio of two scales (attention_fp8_hopper.py).
     amax = tl.max(tl.abs(x))
     live = amax >= 1e-30
-    x8 = (x * tl.where(live, 448.0 / tl.maximum(amax, 1e-30), 0.0)).to(tl.float8e4nv)
+    c = tl.where(live, 448.0 / tl.maximum(amax, 1e-30), 0.0)
+    x8 = (x * c).to(tl.float8e4nv)
     if WRITE_ROWS:
         tl.store(X8 + pid_bh * N_pad * D + rows[:, None] * D + cols[None, :], x8)
     if WRITE_COLS:
-        x8t = tl.trans(x8)
+        # Transposed in the input's own type, then quantized: the same products as x8's, so the
+        # same bytes. Transposing x8 itself is the obvious way, but Triton 3.8 compiles that 8-bit
+        # transpose wrongly for the H200 when the tile also writes its rows (the backward's Q, dO
+        # and K): the copy came out scrambled, and dQ with it (results/triton38_h200.txt).
+        x8t = (tl.trans(x_in).to(tl.float32) * c).to(tl.float8e4nv)
         if PERMUTE_COLS:    # each 32 tokens in the order the dot operands want (_permuted_cols)
             x8t = _permuted_cols(x8t)
         tl.store(X8T + pid_bh * D * N_pad + cols[:, None] * N_pad + rows[None, :], x8t)

@@ -474,6 +474,34 @@ def test_quantize_permuted_cols(tile):
     assert torch.equal(s_perm, s_plain)
 
 
+@pytest.mark.parametrize("D", [64, 128])
+def test_quantize_launches_write_agreeing_copies(D):
+    """Every quantize launch the kernels' callers make, with the tiles they use at head dim D: the
+    token-contiguous copy of each tensor is its row copy transposed (each 32 tokens reordered by pi
+    where the launch permutes). Triton 3.8 compiled the first version of this for the H200 with the
+    transposed copy scrambled whenever a tile wrote both copies (Q and dO, and K, in the backward):
+    dQ came out wrong or NaN, and every other test here then failed downstream of it."""
+    x, y = (torch.randn(1, 3, 200, D, device=DEVICE).bfloat16() for _ in range(2))
+    k = torch.arange(A._padded(200))
+    bit = lambda i: (k >> i) & 1    # noqa: E731
+    pi = ((k & ~31) | bit(4) << 4 | bit(1) << 3 | bit(3) << 2 | bit(2) << 1 | bit(0)).to(x.device)
+    tile = A.tiles(D)
+    launches = [([(x, True, True), (y, True, True)], tile["q"], False),    # backward: Q and dO
+                ([(x, True, True), (y, True, True)], tile["q"], True),     # ... for the Gluon dK/dV kernel
+                ([(x, True, True), (y, True, False)], tile["k"], True),    # backward: K (and V's rows)
+                ([(x, True, False), (y, False, True)], tile["k"], True),   # forward: K's rows, V^T
+                ([(x, True, True)], tile["q"], False)]                     # quantize(..., cols=True)
+    for specs, t, permute in launches:
+        rows_of = {}
+        for (src, rows, cols), (x8, x8t, _) in zip(specs, A._quantize(specs, t, permute)):
+            if not rows:        # V^T alone: compare with V's row copy from a launch of its own
+                x8 = A._quantize([(src, True, False)], t)[0][0]
+            if cols:
+                want = x8.transpose(1, 2)[:, :, pi] if permute else x8.transpose(1, 2)
+                assert torch.equal(x8t.view(torch.uint8), want.view(torch.uint8)), \
+                    f"tile {t}, permute {permute}, rows {rows}: the token-contiguous copy is not the row copy transposed"
+
+
 def test_quantize_pairs_for_one_tma_copy():
     """The Gluon dK/dV kernel brings a tile of Q^ and of dO^ (of Q^T and dO^T) in with one TMA copy
     of a [2, ...] box (attention_fp8_hopper._pair), which holds only if _quantize puts the two
