@@ -457,6 +457,14 @@ def test_quantize_roundtrip_and_saturation():
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
 
 
+def permuted_order(n, device):
+    """The token each position of a permuted copy holds (A._permuted_cols): position k of each 32
+    holds token pi(k), pi taking bits (k4, k1, k3, k2, k0) to (c4, c3, c2, c1, c0)."""
+    k = torch.arange(n)
+    bit = lambda i: (k >> i) & 1    # noqa: E731
+    return ((k & ~31) | bit(4) << 4 | bit(1) << 3 | bit(3) << 2 | bit(2) << 1 | bit(0)).to(device)
+
+
 @pytest.mark.parametrize("tile", [64, 128])
 def test_quantize_permuted_cols(tile):
     """The Gluon forward reads V^T (tiles of 128 keys), and the Gluon dK/dV kernel Q^T and dO^T
@@ -466,10 +474,8 @@ def test_quantize_permuted_cols(tile):
     x = torch.randn(2, 3, 200, 64, device=DEVICE).bfloat16()
     (_, plain, s_plain), = A._quantize([(x, False, True)], tile)
     (_, perm, s_perm), = A._quantize([(x, False, True)], tile, permute_cols=True)
-    k = torch.arange(plain.shape[-1])
-    bit = lambda i: (k >> i) & 1    # noqa: E731
-    pi = (k & ~31) | bit(4) << 4 | bit(1) << 3 | bit(3) << 2 | bit(2) << 1 | bit(0)
-    assert sorted(pi.tolist()) == k.tolist()
+    pi = permuted_order(plain.shape[-1], "cpu")
+    assert sorted(pi.tolist()) == list(range(plain.shape[-1]))
     assert torch.equal(perm, plain[:, :, pi.to(plain.device)]), "permuted V^T copy is not the plain one reordered by pi"
     assert torch.equal(s_perm, s_plain)
 
@@ -482,9 +488,7 @@ def test_quantize_launches_write_agreeing_copies(D):
     transposed copy scrambled whenever a tile wrote both copies (Q and dO, and K, in the backward):
     dQ came out wrong or NaN, and every other test here then failed downstream of it."""
     x, y = (torch.randn(1, 3, 200, D, device=DEVICE).bfloat16() for _ in range(2))
-    k = torch.arange(A._padded(200))
-    bit = lambda i: (k >> i) & 1    # noqa: E731
-    pi = ((k & ~31) | bit(4) << 4 | bit(1) << 3 | bit(3) << 2 | bit(2) << 1 | bit(0)).to(x.device)
+    pi = permuted_order(A._padded(200), x.device)
     tile = A.tiles(D)
     launches = [([(x, True, True), (y, True, True)], tile["q"], False),    # backward: Q and dO
                 ([(x, True, True), (y, True, True)], tile["q"], True),     # ... for the Gluon dK/dV kernel
@@ -492,7 +496,6 @@ def test_quantize_launches_write_agreeing_copies(D):
                 ([(x, True, False), (y, False, True)], tile["k"], True),   # forward: K's rows, V^T
                 ([(x, True, True)], tile["q"], False)]                     # quantize(..., cols=True)
     for specs, t, permute in launches:
-        rows_of = {}
         for (src, rows, cols), (x8, x8t, _) in zip(specs, A._quantize(specs, t, permute)):
             if not rows:        # V^T alone: compare with V's row copy from a launch of its own
                 x8 = A._quantize([(src, True, False)], t)[0][0]
