@@ -165,9 +165,10 @@ def _quantize_tile(X, stride_b, stride_h, stride_n, stride_d, X8, X8T, SCALE, N,
         tl.store(X8 + pid_bh * N_pad * D + rows[:, None] * D + cols[None, :], x8)
     if WRITE_COLS:
         # Transposed in the input's own type, then quantized: the same products as x8's, so the
-        # same bytes. Transposing x8 itself is the obvious way, but Triton 3.8 compiles that 8-bit
-        # transpose wrongly for the H200 when the tile also writes its rows (the backward's Q, dO
-        # and K): the copy came out scrambled, and dQ with it (results/triton38_h200.txt).
+        # same bytes. Transposing x8 itself is the obvious way, but with Triton 3.8 (its bundled
+        # ptxas 12.9; triton-lang/triton#11111) that 8-bit transpose comes out scrambled on the H200
+        # when the tile also writes its rows (the backward's Q, dO and K), and dQ with it
+        # (results/triton38_h200.txt).
         x8t = (tl.trans(x_in).to(tl.float32) * c).to(tl.float8e4nv)
         if PERMUTE_COLS:    # each 32 tokens in the order the dot operands want (_permuted_cols)
             x8t = _permuted_cols(x8t)

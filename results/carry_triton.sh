@@ -1,7 +1,7 @@
 #!/bin/bash
 # Run the kernels on the GPU machine under another Triton than the one installed there (it has 3.6, no
-# network, and takes 64 MiB per call; `pip install -r requirements.txt` brings 3.8). Used for
-# results/triton38_h200.txt.
+# network, and takes 64 MiB per call; `pip install -r requirements.txt` brings 3.8): the steps that
+# results/triton38_h200.txt took by hand, written down after them.
 #
 #   bash results/carry_triton.sh build 3.8.0 [3.12]    here: .carry/triton-3.8.0.tar.xz (~53 MB), for Python 3.12
 #   bash results/carry_triton.sh run 3.8.0 CMD ...     there (carry ".carry"): CMD with that Triton first on the path
