@@ -97,8 +97,9 @@ HEAD_DIMS = (64, 128)
 #   the key tile (K, K^T, V, V^T) = the largest BLOCK_N of the three kernels; every BLOCK_N divides it
 #       (block sizes are powers of two).
 # The dQ kernel reads per-row scales of Q and dO, so its BLOCK_M is free.
-# SCALES_AHEAD (dQ kernel): the pre-pass loads K's and V's tile scales a tile ahead instead of at the
-# top of each step; faster at D = 64, slower at D = 128 (SPEED.md, step 12).
+# SCALES_AHEAD (dQ kernel): the pre-pass loads K's and V's tile scales a tile ahead, issued after each
+# tile's S dot, instead of before the dots; faster at D = 64, slower at D = 128 (SPEED.md, step 12
+# and "Under Triton 3.8").
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
          "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, SCALES_AHEAD=True, maxnreg=168),
@@ -303,16 +304,20 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
 #   main loop: dS_ij = P_ij (dP_ij - delta_i);  dQ_i = tau sum_j dS^_ij K^_j
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, sv, start_n, offs_m, N,
-               D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
-    """P, the raw dot dO^ V^T^ and its row scale c (dP = raw * c), from K's and V's tile scales sk, sv."""
+def _p_tile(q, qs, lse, K8, sk, start_n, offs_m, N,
+            D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+    """P from S = Q^ K^T^ and K's tile scale sk."""
+    qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
+    return tl.math.exp2(qk * tl.maximum(qs * sk, 1e-30)[:, None] - lse[:, None])     # f floored: see _fwd_inner
+
+
+@triton.jit
+def _dp_tile(do, V8, start_n, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The raw dot dO^ V^T^ (dP = raw * dO's row scale * V's tile scale)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
-    p = tl.math.exp2(qk * tl.maximum(qs * sk, 1e-30)[:, None] - lse[:, None])     # f floored: see _fwd_inner
     vT = tl.load(V8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
-    dp_raw = tl.dot(do, vT)
-    return p, dp_raw, sdo * sv
+    return tl.dot(do, vT)
 
 
 @triton.jit
@@ -321,8 +326,8 @@ def _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, lo, hi, N,
                  SCALES_AHEAD: tl.constexpr):
     # Triton's pipeliner leaves the loads of K's and V's tile scales synchronous in this loop (not in
     # _dq_inner's). Loaded where they are used, each waited out a trip to global memory after a dot,
-    # on every tile. So they come before the dots, or a tile ahead (SCALES_AHEAD), whichever ran
-    # faster at the head dim (CONFIGS; SPEED.md, step 12).
+    # on every tile. So they come before the dots, or a tile ahead, issued after the S dot
+    # (SCALES_AHEAD), whichever ran faster at the head dim (CONFIGS; SPEED.md, step 12).
     if SCALES_AHEAD:
         sk_next = tl.load(SK + lo, mask=lo < hi, other=0.0)
         sv_next = tl.load(SV + lo, mask=lo < hi, other=0.0)
@@ -330,12 +335,15 @@ def _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, lo, hi, N,
         if SCALES_AHEAD:
             sk = sk_next
             sv = sv_next
-            sk_next = tl.load(SK + start_n + BLOCK_N, mask=start_n + BLOCK_N < hi, other=0.0)
-            sv_next = tl.load(SV + start_n + BLOCK_N, mask=start_n + BLOCK_N < hi, other=0.0)
         else:
             sk = tl.load(SK + start_n)
             sv = tl.load(SV + start_n)
-        p, dp_raw, c = _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, sv, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
+        p = _p_tile(q, qs, lse, K8, sk, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
+        if SCALES_AHEAD:
+            sk_next = tl.load(SK + start_n + BLOCK_N, mask=start_n + BLOCK_N < hi, other=0.0)
+            sv_next = tl.load(SV + start_n + BLOCK_N, mask=start_n + BLOCK_N < hi, other=0.0)
+        dp_raw = _dp_tile(do, V8, start_n, D, BLOCK_N)
+        c = sdo * sv
         pdp += tl.sum(p * dp_raw, 1) * c       # c is constant along the row: scale the row sum once
         r += tl.sum(p, 1)
     return pdp, r
@@ -349,7 +357,9 @@ def _dq_inner(dq, rowsum, rowabs, rowp, delta, q, qs, do, sdo, lse, K8, SK, KT8,
     for start_n in range(lo, hi, BLOCK_N):
         sk = tl.load(SK + start_n)      # here the pipeliner loads the scales ahead itself
         sv = tl.load(SV + start_n)
-        p, dp_raw, c = _p_dp_tile(q, qs, do, sdo, lse, K8, sk, V8, sv, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
+        p = _p_tile(q, qs, lse, K8, sk, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
+        dp_raw = _dp_tile(do, V8, start_n, D, BLOCK_N)
+        c = sdo * sv
         ds = p * (dp_raw * c[:, None] - delta[:, None])
         if DEBUG:   # the invariant (*) and its natural size, for tests
             rowsum += tl.sum(ds, 1)
