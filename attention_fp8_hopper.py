@@ -672,7 +672,7 @@ DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, RO
 # Triton 3.8 bundles ptxas 12.9 for Hopper (3.6: 12.8), which spills far more in the D = 64 kernel under
 # the 168-register cap: 496 bytes as configured above (140 under 3.6), 152 with ROWS_CP_ASYNC on and
 # FLUSH_UNDER_DOTS off. GPU time under 3.8 at 4x16x4096x64 / 2x16x8192x64: 730 / 1374 us as above,
-# 618 / 1163 us (1.18x) that way, 627 / 1182 with both on (results/triton38_h200.txt, section 6).
+# 618 / 1163 us (1.18x) that way, 627 / 1182 with both on (results/triton38_h200.txt, section 8).
 # Under 3.6 that way lost (0.929x, step 19), so the choice follows the Triton version.
 if tuple(int(x) for x in triton.__version__.split(".")[:2]) >= (3, 8):
     DKDV_CONFIGS[64].update(ROWS_CP_ASYNC=True, FLUSH_UNDER_DOTS=False)
