@@ -673,6 +673,12 @@ HOPPER_BACKWARD = (64, 128)
 # slower in GPU time (SPEED.md, step 15).
 HOPPER_FORWARD_MIN_SCORES = 2**29
 HOPPER_BACKWARD_MIN_SCORES = 2**29
+# ... and under torch.compile (the custom op below), from this many: a compiled model queues its
+# kernels well ahead of the GPU, so the host's time per call is hidden and GPU time is what counts.
+# There the Gluon kernels took 0.80-0.85x the Triton kernels' GPU time at every size measured below
+# 2^29 (8x16x1024x64 to 64x6x1024x128, H200), and `train.py`'s default model (its attention calls
+# 2^26.6 scores) trained 2.2% faster (SPEED.md, step 22).
+COMPILED_MIN_SCORES = 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -695,12 +701,13 @@ def _empty_as(x):
     return y if y.stride(-1) == 1 else torch.empty(x.shape, device=x.device, dtype=x.dtype)
 
 
-def _forward(q, k, v, causal, sm_scale):
+def _forward(q, k, v, causal, sm_scale, compiled=False):
+    """Returns o, lse. compiled: called from torch.compile's custom op (COMPILED_MIN_SCORES)."""
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
     tile = tiles(D)
-    if _gluon(q, HOPPER_FORWARD, HOPPER_FORWARD_MIN_SCORES):
+    if _gluon(q, HOPPER_FORWARD, COMPILED_MIN_SCORES if compiled else HOPPER_FORWARD_MIN_SCORES):
         import attention_fp8_hopper       # Gluon; imported only where it runs
         permuted = attention_fp8_hopper.CONFIGS[D].get("PERMUTED_V", False)
         (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permuted)
@@ -740,10 +747,10 @@ def _halves(q, k, pieces):
     return [(slice(0, B // 2), slice(None)), (slice(B // 2, B), slice(None))]
 
 
-def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=None):
+def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=None, compiled=False):
     """Returns dq, dk, dv (and, with debug=True, a dict with delta and the per-row sums of dS).
     Runs in one pass or in two halves of the heads (see SPLIT_BYTES; `pieces` = 1 or 2 forces it).
-    `o` is only read by the stale delta and may be None for the matched one."""
+    `o` is only read by the stale delta and may be None for the matched one. compiled: as in _forward."""
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     group = H // H_kv
@@ -757,7 +764,8 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         o = do          # a placeholder the matched kernel never reads
     if debug:
         pieces = 1      # the debug sums below are per launch
-    gluon = _gluon(q, HOPPER_BACKWARD, HOPPER_BACKWARD_MIN_SCORES)     # by the whole call, halves or not
+    # by the whole call, halves or not
+    gluon = _gluon(q, HOPPER_BACKWARD, COMPILED_MIN_SCORES if compiled else HOPPER_BACKWARD_MIN_SCORES)
     halves = _halves(q, k, pieces)
     if not halves:
         info = _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gluon, debug)
@@ -816,7 +824,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
 @torch.library.custom_op("fp8_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             delta: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward(q, k, v, causal, sm_scale)     # `delta` only matters to the backward
+    return _forward(q, k, v, causal, sm_scale, compiled=True)     # `delta` only matters to the backward
 
 
 @_fwd_op.register_fake
@@ -828,7 +836,7 @@ def _(q, k, v, causal, sm_scale, delta):
 @torch.library.custom_op("fp8_attention::bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: Optional[torch.Tensor],
             lse: torch.Tensor, causal: bool, sm_scale: float, delta: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(do, q, k, v, o, lse, causal, sm_scale, delta)
+    return _backward(do, q, k, v, o, lse, causal, sm_scale, delta, compiled=True)
 
 
 @_bwd_op.register_fake
