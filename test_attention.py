@@ -715,6 +715,32 @@ def test_gpu_halves_choose_the_dkdv_kernel_by_the_whole_call(monkeypatch):
             assert torch.equal(x, y), f"threshold {threshold}: {name} from two halves differs from one pass"
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
+def test_gpu_compiled_calls_take_the_gluon_kernels(monkeypatch):
+    """Under torch.compile (the custom ops) the Gluon forward and dK/dV kernel run at every size on
+    Hopper (COMPILED_MIN_SCORES), while eager calls of the same size, under HOPPER_*_MIN_SCORES, run
+    the Triton ones. The counters wrap the Gluon entry points (the real kernels still run)."""
+    import attention_fp8_hopper as AH
+    B, H, N, D = 2, 4, 300, 128          # 2^19.5 scores, far under the eager threshold
+    monkeypatch.setattr(A, "HOPPER_FORWARD", A.HEAD_DIMS)
+    monkeypatch.setattr(A, "HOPPER_BACKWARD", A.HEAD_DIMS)
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", 2**29)     # the defaults, whatever FP8_GLUON_EVERYWHERE says
+    monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", 2**29)
+    calls = []
+    for name in ("forward", "dkdv"):
+        real = getattr(AH, name)
+        monkeypatch.setattr(AH, name, lambda *args, real=real, name=name, **kw: calls.append(name) or real(*args, **kw))
+    q, k, v, do = make_inputs(B, H, H, N, D, seed=58)
+    sm_scale = 1.0 / math.sqrt(D)
+    _, lse = A._fwd_op(q, k, v, True, sm_scale, "matched")
+    A._bwd_op(do, q, k, v, None, lse, True, sm_scale, "matched")
+    assert calls == ["forward", "dkdv"], f"the custom ops ran the Gluon kernels {calls}"
+    calls.clear()
+    _, lse = A._forward(q, k, v, True, sm_scale)
+    A._backward(do, q, k, v, None, lse, True, sm_scale, "matched")
+    assert calls == [], f"an eager call under the threshold ran the Gluon kernels {calls}"
+
+
 def test_backward_splits_only_big_problems():
     """SPLIT_BYTES decides: one pass for small problems (launch-bound), halves for big ones."""
     meta = lambda B, H, N, D: torch.empty(B, H, N, D, device="meta")
