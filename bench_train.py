@@ -86,13 +86,18 @@ def bench(cfg, attention, block_size, device):
 
 def main(argv=None):
     cfg = configurator.parse(BenchConfig(), sys.argv[1:] if argv is None else argv)
-    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if cfg.device == "auto" and not torch.cuda.is_available():
+        # the default 124M model at 65k tokens per step takes minutes per step on a CPU, with nothing printed
+        sys.exit("bench_train.py measures training speed on a GPU, and there is no CUDA GPU here. To run it on the "
+                 "CPU anyway, ask for it with a small model, e.g. --device=cpu --compile=False --n_layer=1 "
+                 "--n_embd=128 --n_head=2 --tokens_per_step=512 --block_sizes=128 --attentions=sdpa")
+    device = torch.device("cuda" if cfg.device == "auto" else cfg.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-        print(f"{torch.cuda.get_device_name(device)} | torch {torch.__version__} | "
-              f"{cfg.n_layer} layers, d={cfg.n_embd}, {cfg.n_head} heads (head dim {cfg.n_embd // cfg.n_head}) | "
-              f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} "
-              "timed steps")
+    print(f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'} | torch {torch.__version__} | "
+          f"{cfg.n_layer} layers, d={cfg.n_embd}, {cfg.n_head} heads (head dim {cfg.n_embd // cfg.n_head}) | "
+          f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} "
+          "timed steps", flush=True)
     rows = []
     for block_size in map(int, cfg.block_sizes.split(",")):
         first = None

@@ -193,3 +193,12 @@ def test_bench_train_runs(capsys):
                       "--warmup=1", "--steps=1"])
     table = capsys.readouterr().out.split("|---|---|---|---|---|---|\n")[1].splitlines()
     assert [row.split("|")[1:3] for row in table] == [["    32 ", " sdpa       "], ["    64 ", " sdpa       "]]
+
+
+def test_bench_train_without_a_gpu_says_so(monkeypatch):
+    """With device=auto and no GPU, bench_train.py stops at once and says how to run on the CPU, instead of
+    spending minutes per step on the default 124M model with nothing printed."""
+    import bench_train
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no CUDA GPU here.*--device=cpu"):
+        bench_train.main([])
