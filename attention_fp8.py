@@ -68,9 +68,10 @@ The forward saves LSE (in base 2) and recomputes P in the backward: no N x N buf
 Layout of the code: quantize kernel -> forward kernel -> backward pre-pass + dQ kernel ->
 dK/dV kernel -> Python launchers -> torch.library custom op (for torch.compile) and a plain
 autograd.Function (for eager mode, less host time) -> `attention()`, the public entry point,
-which checks its inputs. On Hopper, from 2^29 scores per call, the forward and the dK/dV kernel
-(head dims in HOPPER_FORWARD, HOPPER_BACKWARD) run the Gluon kernels of attention_fp8_hopper.py
-instead: the same FP8 operands and scales, scheduled with Hopper's asynchronous wgmma and TMA.
+which checks its inputs. On Hopper, for eager calls from 2^29 scores and for every call under
+torch.compile, the forward and the dK/dV kernel (head dims in HOPPER_FORWARD, HOPPER_BACKWARD) run
+the Gluon kernels of attention_fp8_hopper.py instead: the same FP8 operands and scales, scheduled
+with Hopper's asynchronous wgmma and TMA.
 """
 
 import functools
