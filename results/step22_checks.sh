@@ -2,7 +2,8 @@
 # The GPU checks step 22 (the Gluon kernels at every size under torch.compile) still needs; planned on
 # 2026-12-04, when the session was lent no GPU after the first call. Each part fits one device call
 # (carry ".carry" after `bash results/carry_triton.sh build 3.8.0 3.12`):
-#   bash results/step22_checks.sh tests   # the GPU suites under Triton 3.6 and 3.8, side by side (~5 min)
+#   bash results/step22_checks.sh tests   # the GPU suites under Triton 3.6 and 3.8, side by side, and the
+#                                         # Gluon kernels at every size under each (~6 min)
 #   bash results/step22_checks.sh speed   # eager wall time at small shapes, Gluon at every size vs the
 #                                         # committed thresholds (3.6); train.py's model under 3.8 (~6 min)
 set -uo pipefail
@@ -14,6 +15,9 @@ if [ "$1" = tests ]; then
         for t in test_attention.py tests/test_model.py; do
             TRITON_CACHE_DIR=/tmp/cache$v${t//\//_} timeout 560 $run python -m pytest -q $t > /tmp/log$v${t//\//_} 2>&1 &
         done
+        # the Gluon kernels at every size, the gain checks of 6a5f8dd among the tests
+        FP8_GLUON_EVERYWHERE=1 TRITON_CACHE_DIR=/tmp/cache${v}gluon timeout 560 $run python -m pytest -q \
+            test_attention.py -k "against_fp32 or gpu or hopper or zero or weighted or dv_is or invariant" > /tmp/log${v}gluon 2>&1 &
     done
     wait
     for f in /tmp/log*; do echo "== $f"; grep -v -i warn "$f" | tail -4; done
