@@ -143,6 +143,21 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path):
         assert v2[i] == pytest.approx(v1[i], rel=1e-5), (i, v1[i], v2[i])
 
 
+def test_training_windows_are_a_function_of_step_and_micro_batch(data_dir):
+    """TrainData.batch draws the same windows for the same (seed, step, micro-batch), which exact resume
+    and DDP rely on, and other windows for any other step or micro-batch: a run whose windows ignore the
+    step would train on one batch over and over, and its loss would still fall."""
+    data = train.TrainData(data_dir, block_size=32, seed=1337)
+    cpu = torch.device("cpu")
+    x, y = data.batch(5, 1, 4, cpu)
+    assert x.shape == y.shape == (4, 32) and torch.equal(x[:, 1:], y[:, :-1]), "y must be x shifted by one token"
+    assert torch.equal(x, data.batch(5, 1, 4, cpu)[0]), "the same step and micro-batch must give the same windows"
+    others = {"step": data.batch(6, 1, 4, cpu)[0], "micro-batch": data.batch(5, 2, 4, cpu)[0],
+              "seed": train.TrainData(data_dir, block_size=32, seed=1338).batch(5, 1, 4, cpu)[0]}
+    for what, other in others.items():
+        assert not torch.equal(x, other), f"another {what} gave the same windows"
+
+
 def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "nan")
     calls = {"n": 0}
