@@ -158,6 +158,47 @@ def test_training_windows_are_a_function_of_step_and_micro_batch(data_dir):
         assert not torch.equal(x, other), f"another {what} gave the same windows"
 
 
+def test_learning_rate_schedule():
+    """Linear warmup to learning_rate, cosine down to min_lr at lr_decay_iters (max_iters if 0), then flat."""
+    cfg = train.TrainConfig(learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, max_iters=110, lr_decay_iters=0)
+    expect = {0: 1e-3 / 11, 9: 1e-3 * 10 / 11, 10: 1e-3, 60: (1e-3 + 1e-4) / 2, 110: 1e-4, 500: 1e-4}
+    for it, lr in expect.items():
+        assert train.get_lr(it, cfg) == pytest.approx(lr, rel=1e-12), f"lr at iter {it}: {train.get_lr(it, cfg)}, not {lr}"
+    after = [train.get_lr(it, cfg) for it in range(10, 111)]
+    assert all(a >= b for a, b in zip(after, after[1:])), "the cosine part must not rise"
+    cfg.lr_decay_iters = 60
+    assert train.get_lr(35, cfg) == pytest.approx((1e-3 + 1e-4) / 2) and train.get_lr(60, cfg) == pytest.approx(1e-4)
+
+
+def test_evaluate_is_the_mean_loss_per_token():
+    """evaluate() averages over every token of every val window, whatever the batch split (5 windows
+    in batches of 2: the last batch is smaller), and leaves the model in training mode."""
+    from contextlib import nullcontext
+    from model import GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_kv_head=2, n_embd=32))
+    windows = torch.randint(0, 64, (5, 17))
+    got = train.evaluate(model, windows, 2, 0, 1, torch.device("cpu"), nullcontext())["val_loss"]
+    assert model.training, "evaluate() must hand the model back in training mode"
+    model.eval()
+    with torch.no_grad():
+        logits, _ = model(windows[:, :-1], windows[:, 1:])
+        want = torch.nn.functional.cross_entropy(logits.reshape(-1, 64).double(), windows[:, 1:].reshape(-1)).item()
+    assert got == pytest.approx(want, rel=1e-5), f"val loss {got}, the mean over all tokens is {want}"
+
+
+def test_grad_clip_takes_effect(data_dir, tmp_path):
+    """grad_clip bounds the gradient the optimizer sees: clipped to 1e-6, three steps end elsewhere than
+    unclipped ones (AdamW undoes a constant rescale of the gradient, but not one below its eps)."""
+    losses = {}
+    for clip in ("0", "1e-6"):
+        out = tmp_path / f"clip{clip}"
+        train.main(args(data_dir, out, "--max_iters=3", f"--grad_clip={clip}", "--save_checkpoint=False"))
+        losses[clip] = metrics(out)[0]
+    assert losses["0"][0] == losses["1e-6"][0], "the first loss comes before any step"
+    assert losses["0"][2] != losses["1e-6"][2], f"grad_clip changed nothing: {losses}"
+
+
 def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "nan")
     calls = {"n": 0}
