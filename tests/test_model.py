@@ -101,6 +101,25 @@ def test_generate_greedy_and_past_block_size():
     assert torch.equal(out[:, -1], m(ctx)[0][:, -1].argmax(-1)), "top_k=1 must be greedy on the cropped context"
 
 
+def test_generate_sees_the_last_block_size_tokens_and_the_temperature():
+    """A prompt longer than block_size is cropped to its last block_size tokens (here the first 32 would
+    predict otherwise); a temperature near 0 samples the argmax, and temperature 1 does not (same seed)."""
+    m = tiny().eval()
+    torch.manual_seed(1)
+    start = torch.randint(0, 64, (8, 40))
+    with torch.no_grad():
+        last, first = (m(c)[0][:, -1].argmax(-1) for c in (start[:, -32:], start[:, :32]))
+    assert not torch.equal(last, first), "test setup: the two crops should predict differently"
+    assert torch.equal(m.generate(start, 1, top_k=1)[:, -1], last), "the context must be the last block_size tokens"
+    greedy = m.generate(start, 6, top_k=1)[:, 40:]
+    torch.manual_seed(2)
+    cold = m.generate(start, 6, temperature=1e-4)[:, 40:]
+    torch.manual_seed(2)
+    warm = m.generate(start, 6, temperature=1.0)[:, 40:]
+    assert torch.equal(cold, greedy), "temperature 1e-4 must sample the argmax"
+    assert not torch.equal(warm, greedy), "temperature 1 sampled the argmax 48 times out of 48"
+
+
 def test_load_state_strips_prefixes_and_handles_positions():
     src = tiny(pos="learned")
     sd = {("_orig_mod." if i % 2 else "module._orig_mod.") + k: v for i, (k, v) in enumerate(src.state_dict().items())}
