@@ -4,9 +4,13 @@ run test_attention.py on it: each bug should fail at least one test ("caught").
     python tests/mutate_kernel.py             # every bug, two at a time (~10 minutes on 2 CPU cores)
     python tests/mutate_kernel.py -k dq_gain  # the bugs whose names contain dq_gain
 
-On a CPU the tests run under the Triton interpreter, so this checks the Triton kernels; the Gluon
-kernels of attention_fp8_hopper.py run only on the GPU. A bug whose text no longer matches the
-source is reported as stale: edit it here along with the kernel.
+On a CPU the tests run under the Triton interpreter, so this checks the Triton kernels. The Gluon
+kernels of attention_fp8_hopper.py run only on a Hopper GPU:
+
+    python tests/mutate_kernel.py --gluon     # their bugs, against the tests with the Gluon kernels at
+                                              # every size (FP8_GLUON_EVERYWHERE=1)
+
+A bug whose text no longer matches the source is reported as stale: edit it here along with the kernel.
 """
 import argparse
 import os
@@ -74,20 +78,51 @@ BUGS = {
 }
 
 
-def run(name, timeout):
-    old, new, _ = BUGS[name]
+# The same for attention_fp8_hopper.py (D = 128 takes the flush at the end of a tile and LSE, delta
+# through shared memory; D = 64 under Triton 3.6 the flush under the next tile's wgmmas)
+GLUON_BUGS = {
+    "gluon_dkdv_mask_strict": ("sT = gl.where(offs_m[None, :] >= offs_n[:, None], sT",
+                               "sT = gl.where(offs_m[None, :] > offs_n[:, None], sT",
+                               "the Gluon dK/dV kernel's causal mask drops the diagonal"),
+    "gluon_dv_flush_gain": ("dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new)",
+                            "dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new * 1.01)",
+                            "dV's flush into fp32 1% too large (D = 128)"),
+    "gluon_dv_units_kept": ("dv * gl.where(sdo_new > 0, sdo_u / sdo_new, 1.0), is_async=True)",
+                            "dv, is_async=True)", "dV's running sum not moved to the new tile's dO units"),
+    "gluon_dk_gain": ("row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0))",
+                      "row_scale = gl.convert_layout(amax * (sq / (448.0 * 256.0)) * 1.01", "dK 1% too large"),
+    "gluon_delta_is_lse": ("delta = rows_smem.slice(BLOCK_M, BLOCK_M).load(", "delta = rows_smem.slice(0, BLOCK_M).load(",
+                           "the dK/dV kernel reads LSE for delta (D = 128)"),
+    "gluon_forward_mask_strict": (
+        "            keep = keep & (offs_n[None, :] <= offs_m[:, None])\n        s = gl.where(keep, s, float(\"-inf\"))",
+        "            keep = keep & (offs_n[None, :] < offs_m[:, None])\n        s = gl.where(keep, s, float(\"-inf\"))",
+        "the Gluon forward's causal mask drops the diagonal"),
+    "gluon_w_not_rescaled": ("        w_i = w_i * alpha + gl.convert_layout(gl.max(w, 1), s_rows)\n        sk_j = sk_next",
+                             "        w_i = w_i + gl.convert_layout(gl.max(w, 1), s_rows)\n        sk_j = sk_next",
+                             "the Gluon forward's sum of the weights not rescaled"),
+    "gluon_o_not_rescaled": ("acc = acc * c[:, None] + pv           # in fp32", "acc = acc + pv           # in fp32",
+                             "the Gluon forward's O not rescaled when the row max moves"),
+}
+GLUON_TESTS = ["-k", "against_fp32 or hopper or zero or weighted or dv_is or invariant"]
+
+
+def run(name, timeout, gluon=False):
+    old, new, _ = (GLUON_BUGS if gluon else BUGS)[name]
     with tempfile.TemporaryDirectory() as tmp:
         files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
         for f in files:
             os.makedirs(os.path.join(tmp, os.path.dirname(f)), exist_ok=True)
             shutil.copy(os.path.join(ROOT, f), os.path.join(tmp, f))
-        path = os.path.join(tmp, "attention_fp8.py")
+        target = "attention_fp8_hopper.py" if gluon else "attention_fp8.py"
+        path = os.path.join(tmp, target)
         source = open(path).read()
         if source.count(old) != 1:
-            return name, "stale", f"its text occurs {source.count(old)} times in attention_fp8.py"
+            return name, "stale", f"its text occurs {source.count(old)} times in {target}"
         open(path, "w").write(source.replace(old, new))
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_attention.py"],
-                           cwd=tmp, capture_output=True, text=True, timeout=timeout)
+        env = dict(os.environ, **({"FP8_GLUON_EVERYWHERE": "1"} if gluon else {}))
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_attention.py",
+                            *(GLUON_TESTS if gluon else [])], cwd=tmp, capture_output=True, text=True, timeout=timeout,
+                           env=env)
         failed = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("FAILED")]
         if r.returncode == 1 and failed:
             return name, "caught", failed[0]
@@ -101,11 +136,17 @@ def main():
     p.add_argument("-k", default="", help="only the bugs whose names contain this")
     p.add_argument("-j", type=int, default=2, help="bugs tested at once")
     p.add_argument("--timeout", type=int, default=1200, help="seconds per bug")
+    p.add_argument("--gluon", action="store_true", help="the Gluon kernels' bugs (a Hopper GPU)")
     args = p.parse_args()
-    names = [n for n in BUGS if args.k in n]
+    if args.gluon:
+        import torch
+        if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
+            sys.exit("--gluon: the Gluon kernels run on a Hopper GPU (sm_90) only")
+    bugs = GLUON_BUGS if args.gluon else BUGS
+    names = [n for n in bugs if args.k in n]
     with ThreadPoolExecutor(args.j) as pool:
-        for name, verdict, detail in pool.map(lambda n: run(n, args.timeout), names):
-            print(f"{name:<28} {verdict:<11} {BUGS[name][2]}: {detail}", flush=True)
+        for name, verdict, detail in pool.map(lambda n: run(n, args.timeout, args.gluon), names):
+            print(f"{name:<28} {verdict:<11} {bugs[name][2]}: {detail}", flush=True)
 
 
 if __name__ == "__main__":
