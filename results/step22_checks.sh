@@ -6,6 +6,7 @@
 #                                         # Gluon kernels at every size under each (~6 min)
 #   bash results/step22_checks.sh speed   # eager wall time at small shapes, Gluon at every size vs the
 #                                         # committed thresholds (3.6); train.py's model under 3.8 (~6 min)
+#   bash results/step22_checks.sh mutants # the bugs of tests/mutate_kernel.py --gluon, four at a time (3.6)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash results/carry_triton.sh run 3.8.0 python -c "import triton; print('carried triton', triton.__version__)"
@@ -21,6 +22,8 @@ if [ "$1" = tests ]; then
     done
     wait
     for f in /tmp/log*; do echo "== $f"; grep -v -i warn "$f" | tail -4; done
+elif [ "$1" = mutants ]; then
+    timeout 570 python tests/mutate_kernel.py --gluon -j 4 --timeout 540
 elif [ "$1" = speed ]; then
     tmp=$(mktemp -d)
     cp attention_fp8_hopper.py "$tmp/"
