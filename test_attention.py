@@ -913,3 +913,10 @@ def test_delta_stats_monitor():
     assert s["ds_rowsum_matched"] < 1e-6 < 1e-3 < s["ds_rowsum_stale"], s
     assert s["key_grad_sum_matched"] < s["key_grad_sum_stale"], s
     assert 1e-4 < s["delta_mismatch"] < 1.0, s
+    # delta_mismatch is ||delta_stale - delta_matched|| / ||delta_matched||, of the backward's own deltas
+    sm_scale = 1.0 / math.sqrt(D)
+    o, lse = A._forward(q, k, v, True, sm_scale)
+    d = {arm: A._backward(do, q, k, v, o, lse, True, sm_scale, arm, debug=True)[3]["delta"].double()
+         for arm in ("matched", "stale")}
+    want = ((d["stale"] - d["matched"]).norm() / d["matched"].norm()).item()
+    assert s["delta_mismatch"] == pytest.approx(want, rel=1e-5), (s["delta_mismatch"], want)

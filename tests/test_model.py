@@ -185,8 +185,11 @@ def test_forward_backward_each_attention_path(attention):
 
 @needs_fp8
 def test_fp8_stale_has_the_same_forward():
-    """The two fp8 arms differ only in the backward's delta: their losses are bit-identical."""
-    assert torch.equal(_step("fp8", DEVICE)[0], _step("fp8_stale", DEVICE)[0])
+    """The two fp8 arms differ only in the backward's delta: their losses are bit-identical, their
+    gradients are not (a model that ran the matched backward for fp8_stale would void the ablation)."""
+    (loss, grad), (loss_stale, grad_stale) = _step("fp8", DEVICE), _step("fp8_stale", DEVICE)
+    assert torch.equal(loss, loss_stale)
+    assert not torch.equal(grad, grad_stale), "fp8_stale gave the matched arm's gradients"
 
 
 def test_compile_fullgraph_matches_eager():
