@@ -63,6 +63,8 @@ def main(argv=None):
                          "loaded here (see README: offline tokenizer)")
     start = cfg.start
     if start.startswith("FILE:"):
+        if not os.path.isfile(start[5:]):
+            raise SystemExit(f"--start={cfg.start}: no file {start[5:]}")
         with open(start[5:], encoding="utf-8") as f:
             start = f.read()
     ids = [tok.eot] + tok.encode(start)  # training documents start with end-of-text too

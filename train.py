@@ -88,6 +88,10 @@ def load_config(argv):
                 "log_interval", "eval_tokens"):
         if getattr(cfg, key) < 1:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be at least 1")
+    if cfg.n_head < 1 or cfg.n_embd % cfg.n_head:
+        raise configurator.ConfigError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head} (head dim n_embd / n_head)")
+    if cfg.n_kv_head < 0 or (cfg.n_kv_head and cfg.n_head % cfg.n_kv_head):
+        raise configurator.ConfigError(f"n_head={cfg.n_head} must be a multiple of n_kv_head={cfg.n_kv_head} (0: n_head)")
     return cfg
 
 
@@ -282,9 +286,18 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
             prepare(data_dir, max_mb=256 if device.type == "cuda" else 16)
         if ddp:
             dist.barrier()
-    meta = load_meta(data_dir)
-    train_data = TrainData(data_dir, cfg.block_size, cfg.seed)
-    val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world)
+    if not os.path.isdir(data_dir):
+        data = os.path.join(HERE, "data")
+        ready = sorted(d for d in os.listdir(data) if os.path.exists(os.path.join(data, d, "meta.json")))
+        raise SystemExit(f"dataset={cfg.dataset!r}: no folder {data_dir}. A name is a prepared folder under data/ "
+                         f"(here: {', '.join(ready) or 'none yet'}; builtin prepares itself, README, Datasets, says "
+                         "how to prepare the others), or give a path")
+    try:  # a missing, short or corrupt file: the message names it and what to re-run (data/common.py)
+        meta = load_meta(data_dir)
+        train_data = TrainData(data_dir, cfg.block_size, cfg.seed)
+        val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"dataset={cfg.dataset!r}: {e}")
     if val.numel() - len(val) < cfg.eval_tokens:
         say(f"val: {val.numel() - len(val):,} tokens ({len(val)} windows), fewer than eval_tokens={cfg.eval_tokens:,}")
     vocab_size = math.ceil(meta["vocab_size"] / 64) * 64  # GPT-2's 50257 -> 50304: faster matmuls

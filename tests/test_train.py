@@ -3,6 +3,7 @@ against 1 process with the same global batch, a non-finite loss, context extensi
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -78,6 +79,27 @@ def test_preset_errors_name_the_key_and_file(tmp_path):
         configurator.parse(train.TrainConfig(), [str(bad_type)])
     with pytest.raises(SystemExit, match="config error: max_iters=0: must be at least 1"):
         train.main(["--max_iters=0"])
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--n_embd=128", "--n_head=3"], "config error: n_embd=128 must be a multiple of n_head=3"),
+    (["--n_head=4", "--n_kv_head=3"], "config error: n_head=4 must be a multiple of n_kv_head=3"),
+])
+def test_model_shape_errors_are_config_errors(argv, words):
+    with pytest.raises(SystemExit, match=re.escape(words)):
+        train.main(argv)
+
+
+def test_data_errors_stop_with_a_message(data_dir, tmp_path):
+    """No traceback for a dataset that is not there or a corrupt shard: a message that names the file."""
+    with pytest.raises(SystemExit, match=r"dataset='no_such_dataset': no folder .*no_such_dataset\. A name is"):
+        train.main(args(data_dir, tmp_path / "a", "--dataset=no_such_dataset"))
+    broken = tmp_path / "broken"
+    shutil.copytree(data_dir, broken)
+    shard = sorted(broken.glob("*_train_*.bin"))[0]
+    shard.write_bytes(shard.read_bytes()[:-7])
+    with pytest.raises(SystemExit, match=re.escape(f"{shard} is") + ".*truncated or corrupt"):
+        train.main(args(str(broken), tmp_path / "b"))
 
 
 def test_presets_parse():
@@ -240,6 +262,8 @@ def test_sample_from_checkpoint(data_dir, tmp_path, capsys):
     assert text.count("---------------") == 2 and text.startswith("ROMEO:")
     with pytest.raises(SystemExit, match="no checkpoint at"):
         sample.main([f"--out_dir={tmp_path / 'none'}"])
+    with pytest.raises(SystemExit, match="--start=FILE:nope.txt: no file nope.txt"):
+        sample.main([f"--out_dir={out}", "--device=cpu", "--start=FILE:nope.txt"])
 
 
 def test_bench_train_runs(capsys):
