@@ -39,7 +39,7 @@ class BenchConfig:
 
 def bench(cfg, attention, block_size, device):
     backend = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}.get(attention)
-    path = "sdpa" if backend else resolve_attention(attention, device)[0]
+    path = "sdpa" if backend else resolve_attention(attention, device, cfg.n_embd // cfg.n_head)[0]
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=block_size, vocab_size=cfg.vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
                           n_kv_head=cfg.n_kv_head or cfg.n_head, n_embd=cfg.n_embd, qk_norm=cfg.qk_norm,

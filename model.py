@@ -25,10 +25,11 @@ ATTENTION_PATHS = {
     "sdpa": "sdpa (PyTorch scaled_dot_product_attention)",
 }
 _fp8_attention = None  # attention_fp8.attention, imported only when an fp8 path is built
+FP8_HEAD_DIMS = (64, 128)  # attention_fp8.HEAD_DIMS, known here without importing triton (a test keeps them equal)
 
 
-def fp8_unavailable(device):
-    """Why the FP8 kernel cannot run on `device`, or None when it can."""
+def fp8_unavailable(device, head_dim=None):
+    """Why the FP8 kernel cannot run on `device` (at this head dim, if given), or None when it can."""
     device = torch.device(device)
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return f"no CUDA GPU (device {device.type})"  # on CPU the kernel runs only in Triton's interpreter
@@ -41,18 +42,21 @@ def fp8_unavailable(device):
         supported = getattr(attention_fp8, "fp8_supported", lambda d: cap >= (8, 9))
         if not supported(device):
             return f"{name} (compute capability {cap[0]}.{cap[1]}) has no FP8 tensor cores (needs 8.9+)"
+    if head_dim is not None and head_dim not in FP8_HEAD_DIMS:
+        return f"head dim {head_dim} (n_embd / n_head): the fp8 kernel takes {' or '.join(map(str, FP8_HEAD_DIMS))}"
     return None
 
 
-def resolve_attention(requested, device):
-    """'auto' -> 'fp8' where the GPU has FP8 tensor cores, else 'sdpa'. Returns (path, why not fp8 or None)."""
+def resolve_attention(requested, device, head_dim=None):
+    """'auto' -> 'fp8' where the GPU has FP8 tensor cores and the kernel takes the head dim (n_embd /
+    n_head), else 'sdpa'. Returns (path, why not fp8 or None)."""
     if requested == "sdpa":
         return "sdpa", None
     if requested == "auto":
         # never the CPU interpreter by choice: it is for tests, thousands of times slower than SDPA
-        why = fp8_unavailable(device) if torch.device(device).type == "cuda" else "no CUDA GPU"
+        why = fp8_unavailable(device, head_dim) if torch.device(device).type == "cuda" else "no CUDA GPU"
         return ("sdpa", why) if why else ("fp8", None)
-    why = fp8_unavailable(device)
+    why = fp8_unavailable(device, head_dim)
     if why:
         raise RuntimeError(f"attention={requested} cannot run here: {why}. Use --attention=sdpa (or auto)")
     return requested, None
@@ -114,7 +118,7 @@ class CausalSelfAttention(nn.Module):
         self.probe = None  # a dict while train.py's delta monitor probes this layer
         if self.attention != "sdpa":
             assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: not one of {list(ATTENTION_PATHS)}"
-            assert self.head_dim in (64, 128), f"the fp8 kernel needs head dim 64 or 128, not n_embd/n_head={self.head_dim}"
+            assert self.head_dim in FP8_HEAD_DIMS, f"the fp8 kernel needs head dim 64 or 128, not n_embd/n_head={self.head_dim}"
             global _fp8_attention
             if _fp8_attention is None:
                 from attention_fp8 import attention

@@ -50,7 +50,10 @@ def main(argv=None):
         raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
     ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: it holds RNG states too
     model_args = dict(ckpt["model_args"])
-    model_args["attention"], _ = resolve_attention(cfg.attention, device)  # any path runs any checkpoint
+    try:  # any path runs any checkpoint
+        model_args["attention"], _ = resolve_attention(cfg.attention, device, model_args["n_embd"] // model_args["n_head"])
+    except RuntimeError as e:  # an fp8 path asked for where the kernel cannot run
+        raise SystemExit(str(e))
     model = GPT(GPTConfig(**model_args))
     model.load_state(ckpt["model"])
     model.eval().to(device)

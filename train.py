@@ -268,7 +268,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
     try:
-        attention, why_not_fp8 = resolve_attention(cfg.attention, device)
+        attention, why_not_fp8 = resolve_attention(cfg.attention, device, cfg.n_embd // cfg.n_head)
     except RuntimeError as e:  # an fp8 path asked for where the kernel cannot run
         raise SystemExit(str(e))
     if cfg.delta_monitor and fp8_unavailable(device):

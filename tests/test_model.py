@@ -154,6 +154,20 @@ def test_resolve_attention_on_cpu(monkeypatch):
         M.resolve_attention("fp8", "cpu")
 
 
+def test_fp8_refused_at_other_head_dims(monkeypatch):
+    """The kernel takes head dims 64 and 128: elsewhere fp8 is unavailable, with the reason ('auto' then
+    falls back to sdpa on a GPU and prints it), and an explicit fp8 path is refused. The CPU interpreter
+    stands in for a GPU with FP8 here."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert M.fp8_unavailable("cpu", 128) is None and M.fp8_unavailable("cpu", 64) is None
+    assert M.fp8_unavailable("cpu", 96) == "head dim 96 (n_embd / n_head): the fp8 kernel takes 64 or 128"
+    assert M.resolve_attention("fp8", "cpu", 64) == ("fp8", None)
+    with pytest.raises(RuntimeError, match="attention=fp8_stale cannot run here: head dim 32"):
+        M.resolve_attention("fp8_stale", "cpu", 32)
+    import attention_fp8
+    assert M.FP8_HEAD_DIMS == attention_fp8.HEAD_DIMS
+
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FP8_WHY = M.fp8_unavailable(DEVICE)  # None where the kernel runs: a GPU with FP8, or the CPU interpreter
 needs_fp8 = pytest.mark.skipif(FP8_WHY is not None, reason=f"fp8 attention unavailable: {FP8_WHY}")
