@@ -271,8 +271,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         attention, why_not_fp8 = resolve_attention(cfg.attention, device, cfg.n_embd // cfg.n_head)
     except RuntimeError as e:  # an fp8 path asked for where the kernel cannot run
         raise SystemExit(str(e))
-    if cfg.delta_monitor and fp8_unavailable(device):
-        raise SystemExit(f"delta_monitor=True needs the FP8 kernel, which cannot run here: {fp8_unavailable(device)}")
+    if cfg.delta_monitor and fp8_unavailable(device, cfg.n_embd // cfg.n_head):
+        raise SystemExit("delta_monitor=True needs the FP8 kernel, which cannot run here: "
+                         f"{fp8_unavailable(device, cfg.n_embd // cfg.n_head)}")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     say(f"attention: {ATTENTION_PATHS[attention]} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'} | "
         + (f"cuda {device_name}" if device.type == "cuda" else device.type)
