@@ -92,6 +92,8 @@ def main(argv=None):
                  "CPU anyway, ask for it with a small model, e.g. --device=cpu --compile=False --n_layer=1 "
                  "--n_embd=128 --n_head=2 --tokens_per_step=512 --block_sizes=128 --attentions=sdpa")
     device = torch.device("cuda" if cfg.device == "auto" else cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"device={cfg.device}: PyTorch sees no CUDA GPU here")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     print(f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'} | torch {torch.__version__} | "

@@ -234,6 +234,8 @@ def main(argv=None):
     ddp = "RANK" in os.environ
     rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")) if ddp else (0, 0, 1)
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"device={cfg.device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
     device = torch.device(f"cuda:{local_rank}" if ddp and device == "cuda" else device)
     if ddp:
         if device.type == "cuda":

@@ -90,6 +90,14 @@ def test_model_shape_errors_are_config_errors(argv, words):
         train.main(argv)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_cuda_device_without_a_gpu_says_so():
+    import sample
+    for main in (train.main, sample.main):
+        with pytest.raises(SystemExit, match="device=cuda: PyTorch sees no CUDA GPU here; use --device=cpu"):
+            main(["--device=cuda"])
+
+
 def test_data_errors_stop_with_a_message(data_dir, tmp_path):
     """No traceback for a dataset that is not there or a corrupt shard: a message that names the file."""
     with pytest.raises(SystemExit, match=r"dataset='no_such_dataset': no folder .*no_such_dataset\. A name is"):
