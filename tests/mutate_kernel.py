@@ -1,7 +1,7 @@
 """Do the kernel tests catch a broken kernel? Plant one bug at a time in a copy of attention_fp8.py and
 run test_attention.py on it: each bug should fail at least one test ("caught").
 
-    python tests/mutate_kernel.py             # every bug, two at a time (~10 minutes on 2 CPU cores)
+    python tests/mutate_kernel.py             # every bug, two at a time (~13 minutes on 2 CPU cores)
     python tests/mutate_kernel.py -k dq_gain  # the bugs whose names contain dq_gain
 
 On a CPU the tests run under the Triton interpreter, so this checks the Triton kernels. The Gluon
@@ -107,18 +107,22 @@ GLUON_TESTS = ["-k", "against_fp32 or hopper or zero or weighted or dv_is or inv
 
 
 def run(name, timeout, gluon=False):
-    old, new, _ = (GLUON_BUGS if gluon else BUGS)[name]
+    """Plants bug `name` (None: none, the baseline) in a copy and runs the tests there."""
+    old, new, _ = (GLUON_BUGS if gluon else BUGS)[name] if name else ("", "", "")
     with tempfile.TemporaryDirectory() as tmp:
-        files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-        for f in files:
-            os.makedirs(os.path.join(tmp, os.path.dirname(f)), exist_ok=True)
-            shutil.copy(os.path.join(ROOT, f), os.path.join(tmp, f))
+        # what test_attention.py reads: the Python files at the top (kernels, conftest, kernel_registers)
+        # and tests/ (the interpreter's shim); not data, results or checkpoints
+        for f in os.listdir(ROOT):
+            if f.endswith(".py"):
+                shutil.copy(os.path.join(ROOT, f), tmp)
+        shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(tmp, "tests"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
         target = "attention_fp8_hopper.py" if gluon else "attention_fp8.py"
         path = os.path.join(tmp, target)
         source = open(path).read()
-        if source.count(old) != 1:
+        if name and source.count(old) != 1:
             return name, "stale", f"its text occurs {source.count(old)} times in {target}"
-        open(path, "w").write(source.replace(old, new))
+        open(path, "w").write(source.replace(old, new) if name else source)
         env = dict(os.environ, **({"FP8_GLUON_EVERYWHERE": "1"} if gluon else {}))
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_attention.py",
                             *(GLUON_TESTS if gluon else [])], cwd=tmp, capture_output=True, text=True, timeout=timeout,
@@ -144,6 +148,11 @@ def main():
             sys.exit("--gluon: the Gluon kernels run on a Hopper GPU (sm_90) only")
     bugs = GLUON_BUGS if args.gluon else BUGS
     names = [n for n in bugs if args.k in n]
+    # The copy without a bug must pass: else every bug would look caught.
+    _, verdict, detail = run(None, args.timeout, args.gluon)
+    if verdict != "NOT CAUGHT":
+        sys.exit(f"the tests fail on the copy without a bug ({verdict}: {detail}); fix that first")
+    print("the copy without a bug passes the tests", flush=True)
     with ThreadPoolExecutor(args.j) as pool:
         for name, verdict, detail in pool.map(lambda n: run(n, args.timeout, args.gluon), names):
             print(f"{name:<28} {verdict:<11} {bugs[name][2]}: {detail}", flush=True)
