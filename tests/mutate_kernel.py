@@ -1,5 +1,6 @@
 """Do the kernel tests catch a broken kernel? Plant one bug at a time in a copy of attention_fp8.py and
-run test_attention.py on it: each bug should fail at least one test ("caught").
+run test_attention.py on it: each bug should fail at least one test ("caught"). The copy without
+a bug runs first and must pass.
 
     python tests/mutate_kernel.py             # every bug, two at a time (~13 minutes on 2 CPU cores)
     python tests/mutate_kernel.py -k dq_gain  # the bugs whose names contain dq_gain
