@@ -25,7 +25,6 @@ ATTENTION_PATHS = {
     "sdpa": "sdpa (PyTorch scaled_dot_product_attention)",
 }
 _fp8_attention = None  # attention_fp8.attention, imported only when an fp8 path is built
-FP8_HEAD_DIMS = (64, 128)  # attention_fp8.HEAD_DIMS, known here without importing triton (a test keeps them equal)
 
 
 def fp8_unavailable(device, head_dim=None):
@@ -42,8 +41,9 @@ def fp8_unavailable(device, head_dim=None):
         supported = getattr(attention_fp8, "fp8_supported", lambda d: cap >= (8, 9))
         if not supported(device):
             return f"{name} (compute capability {cap[0]}.{cap[1]}) has no FP8 tensor cores (needs 8.9+)"
-    if head_dim is not None and head_dim not in FP8_HEAD_DIMS:
-        return f"head dim {head_dim} (n_embd / n_head): the fp8 kernel takes {' or '.join(map(str, FP8_HEAD_DIMS))}"
+    if head_dim is not None and head_dim not in attention_fp8.HEAD_DIMS:
+        return (f"head dim {head_dim} (n_embd / n_head): the fp8 kernel takes "
+                f"{' or '.join(map(str, attention_fp8.HEAD_DIMS))}")
     return None
 
 
@@ -118,11 +118,11 @@ class CausalSelfAttention(nn.Module):
         self.probe = None  # a dict while train.py's delta monitor probes this layer
         if self.attention != "sdpa":
             assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: not one of {list(ATTENTION_PATHS)}"
-            assert self.head_dim in FP8_HEAD_DIMS, f"the fp8 kernel needs head dim 64 or 128, not n_embd/n_head={self.head_dim}"
+            import attention_fp8
+            assert self.head_dim in attention_fp8.HEAD_DIMS, \
+                f"the fp8 kernel takes head dims {attention_fp8.HEAD_DIMS}, not n_embd/n_head={self.head_dim}"
             global _fp8_attention
-            if _fp8_attention is None:
-                from attention_fp8 import attention
-                _fp8_attention = attention
+            _fp8_attention = attention_fp8.attention
 
     def forward(self, x, rope=None):
         B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
