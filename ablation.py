@@ -32,7 +32,10 @@ def run(overrides, arms):
                f"--attention={attention}", f"--seed={seed}", f"--out_dir={os.path.join(OUT, arm)}",
                "--delta_monitor=True", *overrides]
         print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
+        code = subprocess.run(cmd).returncode
+        if code:
+            sys.exit(f"arm {arm}: train.py exited with status {code} (its output is above); arms not run: "
+                     f"{', '.join(arms[arms.index(arm) + 1:]) or 'none'}")
 
 
 def load(arm):
@@ -41,6 +44,8 @@ def load(arm):
         return None
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    if not any("loss" in r for r in rows):
+        return None     # started, but stopped before its first logged step
     # a resumed run appends: keep the last row written for each (iter, kind)
     train = {r["iter"]: r for r in rows if "loss" in r}
     evals = {r["iter"]: r for r in rows if "val_loss" in r}
@@ -64,13 +69,18 @@ def table(runs):
         last_iter = train[-1]["iter"]
         tail = [r["loss"] for r in train if r["iter"] >= 0.9 * last_iter]
         toks = sorted(r["tok_per_s"] for r in train if "tok_per_s" in r and r["iter"] >= last_iter / 2)
-        rows.append(f"| {arm} | {sum(tail) / len(tail):.4f} | {evals[-1]['val_loss']:.4f} | "
-                    f"{min(r['val_loss'] for r in evals):.4f} | {toks[len(toks) // 2]:,.0f} |")
+        val = (f"{evals[-1]['val_loss']:.4f} | {min(r['val_loss'] for r in evals):.4f}" if evals
+               else "- | -")  # a run stopped before its first evaluation
+        tok = f"{toks[len(toks) // 2]:,.0f}" if toks else "-"
+        rows.append(f"| {arm} | {sum(tail) / len(tail):.4f} | {val} | {tok} |")
     return "\n".join(rows)
 
 
 def plot():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("ablation.py plot needs matplotlib, which the trainer does not: pip install matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     runs = {arm: r for arm in ARMS if (r := load(arm)) is not None}
@@ -116,6 +126,9 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         extra = [a for a in sys.argv[2:] if not a.startswith("--arms=")]
         arms = next((a.split("=", 1)[1].split(",") for a in sys.argv[2:] if a.startswith("--arms=")), list(ARMS))
+        unknown = [a for a in arms if a not in ARMS]
+        if unknown:
+            sys.exit(f"unknown arm(s) {', '.join(unknown)}; the arms are {', '.join(ARMS)}")
         run(extra, arms)
     else:
         plot()
