@@ -13,6 +13,7 @@ The paper's knobs: qk_norm, pos ("rope", "learned" as in GPT-2, or "none" = NoPE
 import inspect
 import math
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -201,6 +202,9 @@ class GPT(nn.Module):
         super().__init__()
         assert config.vocab_size is not None and config.block_size is not None
         assert config.pos in ("rope", "learned", "none"), f"pos={config.pos!r}: expected rope, learned or none"
+        if config.pos == "rope" and (config.n_embd // config.n_head) % 2:
+            raise ValueError(f"pos=rope turns pairs of channels: head dim n_embd / n_head = "
+                             f"{config.n_embd // config.n_head} must be even")
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
@@ -305,31 +309,38 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
         """Extend idx (b, t) by max_new_tokens tokens sampled one at a time; the context is cropped to
-        block_size. Call model.eval() first."""
+        block_size. temperature 0 takes the argmax. Call model.eval() first."""
+        if temperature < 0 or (top_k is not None and top_k < 1):
+            raise ValueError(f"temperature={temperature}, top_k={top_k}: need temperature >= 0 and top_k >= 1")
         for _ in range(max_new_tokens):
             idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
             logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("Inf")
-            probs = F.softmax(logits, dim=-1)
-            idx_next = torch.multinomial(probs, num_samples=1)
+            logits = logits[:, -1, :]
+            if temperature == 0:  # the limit of temperature -> 0: the most likely token
+                idx_next = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("Inf")
+                idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
 
 
-# BF16 dense tensor-core peak FLOP/s per GPU, from the vendor data sheets (sparsity not counted). Matched by
-# substring of torch.cuda.get_device_name(), first match wins: keep the more specific names first.
+# BF16 dense tensor-core peak FLOP/s per GPU, from the vendor data sheets (sparsity not counted). Matched as
+# whole words of torch.cuda.get_device_name() ("L4" is not "L40", "A100" not "RTX A1000"), first match wins:
+# keep the more specific names first.
 PEAK_BF16_FLOPS = [
     ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.5e12), ("H200", 989.5e12), ("H800", 989.5e12),
     ("GH200", 989.5e12), ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12),
-    ("L4", 121e12), ("RTX 4090", 165.2e12), ("RTX 3090", 71e12), ("RTX 6000 Ada", 364e12), ("A6000", 154.8e12),
+    ("L40", 181e12), ("L4", 121e12), ("RTX 4090", 165.2e12), ("RTX 3090", 71e12), ("RTX 6000 Ada", 364e12),
+    ("A6000", 154.8e12),
 ]
 
 
 def peak_flops(device_name):
     for key, flops in PEAK_BF16_FLOPS:
-        if key in device_name:
+        if re.search(rf"(?<!\w){re.escape(key)}(?!\w)", device_name):
             return flops
     return None

@@ -24,7 +24,7 @@ class SampleConfig:
     start: str = ""  # the prompt; "" starts from the end-of-text token; FILE:path reads it from a file
     num_samples: int = 3
     max_new_tokens: int = 200
-    temperature: float = 0.8  # 1.0 samples the model's distribution; lower is more conservative
+    temperature: float = 0.8  # 1.0 samples the model's distribution; lower is more conservative; 0 is greedy
     top_k: int = 200  # keep the top_k most likely tokens; 0 keeps all
     seed: int = 1337
     device: str = "auto"
@@ -38,6 +38,9 @@ def main(argv=None):
         cfg = configurator.parse(SampleConfig(), sys.argv[1:] if argv is None else argv)
     except configurator.ConfigError as e:
         raise SystemExit(f"config error: {e}")
+    if cfg.temperature < 0 or cfg.top_k < 0:
+        raise SystemExit(f"temperature={cfg.temperature}, top_k={cfg.top_k}: both must be >= 0 "
+                         "(temperature 0 takes the most likely token; top_k 0 keeps all)")
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"device={cfg.device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
@@ -59,8 +62,8 @@ def main(argv=None):
     model = GPT(GPTConfig(**model_args))
     model.load_state(ckpt["model"])
     model.eval().to(device)
-    if cfg.compile:
-        model = torch.compile(model)
+    if cfg.compile:  # generate() calls self(...), i.e. forward: compile that (a compiled wrapper's generate would not)
+        model.forward = torch.compile(model.forward, dynamic=True)
 
     tok = get_tokenizer(ckpt["meta"]["tokenizer"])
     if tok.name != ckpt["meta"]["tokenizer"]:
@@ -70,8 +73,11 @@ def main(argv=None):
     if start.startswith("FILE:"):
         if not os.path.isfile(start[5:]):
             raise SystemExit(f"--start={cfg.start}: no file {start[5:]}")
-        with open(start[5:], encoding="utf-8") as f:
-            start = f.read()
+        try:
+            with open(start[5:], encoding="utf-8") as f:
+                start = f.read()
+        except UnicodeDecodeError as e:
+            raise SystemExit(f"--start={cfg.start}: the file is not UTF-8 text ({e})")
     ids = [tok.eot] + tok.encode(start)  # training documents start with end-of-text too
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, ...]
     with ctx:

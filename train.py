@@ -90,6 +90,9 @@ def load_config(argv):
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be at least 1")
     if cfg.n_head < 1 or cfg.n_embd % cfg.n_head:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head} (head dim n_embd / n_head)")
+    if cfg.pos == "rope" and (cfg.n_embd // cfg.n_head) % 2:
+        raise configurator.ConfigError(f"pos=rope turns pairs of channels: head dim n_embd / n_head = "
+                                       f"{cfg.n_embd // cfg.n_head} must be even (or pos=learned / none)")
     if cfg.n_kv_head < 0 or (cfg.n_kv_head and cfg.n_head % cfg.n_kv_head):
         raise configurator.ConfigError(f"n_head={cfg.n_head} must be a multiple of n_kv_head={cfg.n_kv_head} (0: n_head)")
     return cfg

@@ -120,6 +120,30 @@ def test_generate_sees_the_last_block_size_tokens_and_the_temperature():
     assert not torch.equal(warm, greedy), "temperature 1 sampled the argmax 48 times out of 48"
 
 
+def test_generate_temperature_zero_is_greedy_and_bad_settings_are_refused():
+    m = tiny().eval()
+    start = torch.randint(0, 64, (3, 7))
+    assert torch.equal(m.generate(start, 5, temperature=0), m.generate(start, 5, top_k=1))
+    for kw in (dict(temperature=-1.0), dict(top_k=0)):
+        with pytest.raises(ValueError, match="need temperature >= 0 and top_k >= 1"):
+            m.generate(start, 1, **kw)
+
+
+def test_rope_needs_an_even_head_dim():
+    with pytest.raises(ValueError, match="head dim n_embd / n_head = 15 must be even"):
+        tiny(n_embd=60, n_head=4)
+    tiny(n_embd=60, n_head=4, n_kv_head=4, pos="learned")  # learned positions take any head dim
+
+
+def test_peak_flops_matches_whole_names():
+    from model import peak_flops
+    assert peak_flops("NVIDIA H200") == peak_flops("NVIDIA H100 80GB HBM3") == 989.5e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12 and peak_flops("NVIDIA L4") == 121e12
+    assert peak_flops("NVIDIA L40") == 181e12 and peak_flops("NVIDIA L40S") == 362e12  # not the L4's
+    assert peak_flops("NVIDIA RTX A1000") is None   # not the A100's
+    assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+
+
 def test_load_state_strips_prefixes_and_handles_positions():
     src = tiny(pos="learned")
     sd = {("_orig_mod." if i % 2 else "module._orig_mod.") + k: v for i, (k, v) in enumerate(src.state_dict().items())}

@@ -84,6 +84,7 @@ def test_preset_errors_name_the_key_and_file(tmp_path):
 @pytest.mark.parametrize("argv,words", [
     (["--n_embd=128", "--n_head=3"], "config error: n_embd=128 must be a multiple of n_head=3"),
     (["--n_head=4", "--n_kv_head=3"], "config error: n_head=4 must be a multiple of n_kv_head=3"),
+    (["--n_embd=120", "--n_head=8"], "config error: pos=rope turns pairs of channels: head dim n_embd / n_head = 15"),
 ])
 def test_model_shape_errors_are_config_errors(argv, words):
     with pytest.raises(SystemExit, match=re.escape(words)):
@@ -272,6 +273,33 @@ def test_sample_from_checkpoint(data_dir, tmp_path, capsys):
         sample.main([f"--out_dir={tmp_path / 'none'}"])
     with pytest.raises(SystemExit, match="--start=FILE:nope.txt: no file nope.txt"):
         sample.main([f"--out_dir={out}", "--device=cpu", "--start=FILE:nope.txt"])
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(b"caf\xe9\n")
+    with pytest.raises(SystemExit, match="the file is not UTF-8 text"):
+        sample.main([f"--out_dir={out}", "--device=cpu", f"--start=FILE:{latin1}"])
+    for bad in ("--temperature=-1", "--top_k=-5"):
+        with pytest.raises(SystemExit, match="both must be >= 0"):
+            sample.main([f"--out_dir={out}", "--device=cpu", bad])
+
+
+def test_sample_compile_compiles_what_generate_calls(data_dir, tmp_path, capsys, monkeypatch):
+    """--compile=True must compile the forward that generate() runs (compiling the module and calling its
+    generate would run the uncompiled model). aot_eager: the same graph capture, no C++ compiler needed."""
+    import sample
+    out = str(tmp_path / "s")
+    train.main(args(data_dir, out, "--max_iters=1"))
+    compiled = []
+    real_compile = torch.compile
+
+    def compile_and_count(fn, **kw):
+        def backend(gm, inputs):
+            compiled.append(gm)
+            return gm.forward
+        return real_compile(fn, **{**kw, "backend": backend})
+    monkeypatch.setattr(torch, "compile", compile_and_count)
+    torch._dynamo.reset()
+    sample.main([f"--out_dir={out}", "--device=cpu", "--num_samples=1", "--max_new_tokens=3", "--compile=True"])
+    assert compiled, "sample.py --compile=True compiled nothing that generate() ran"
 
 
 def test_bench_train_runs(capsys):
