@@ -3,7 +3,7 @@ Train a GPT with BF16 SDPA or FP8 Delta-Matching attention, on one device or man
 
     python train.py                                    # smoke test on the built-in corpus (GPU, or CPU)
     python train.py config/shakespeare.py --max_iters=2000
-    torchrun --standalone --nproc_per_node=8 train.py config/ablation.py --attention=fp8_stale
+    torchrun --standalone --nproc_per_node=4 train.py config/ablation.py --attention=fp8_stale
     python train.py config/ablation.py --init_from=resume --block_size=4096 --learning_rate=1e-4 --max_iters=6000
 
 Without a preset on a machine with no GPU, config/cpu_tiny.py is applied first. Settings are the fields of
@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 from contextlib import nullcontext
@@ -88,6 +89,14 @@ def load_config(argv):
                 "log_interval", "eval_tokens"):
         if getattr(cfg, key) < 1:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be at least 1")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):
+        raise configurator.ConfigError(f"device={cfg.device!r}: expected auto, cpu, cuda or cuda:N")
+    for key, lo, hi in (("dropout", 0, 1), ("beta1", 0, 1), ("beta2", 0, 1)):
+        if not lo <= getattr(cfg, key) < hi:
+            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be in [{lo}, {hi})")
+    for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip", "warmup_iters", "lr_decay_iters"):
+        if getattr(cfg, key) < 0:
+            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
     if cfg.n_head < 1 or cfg.n_embd % cfg.n_head:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head} (head dim n_embd / n_head)")
     if cfg.pos == "rope" and (cfg.n_embd // cfg.n_head) % 2:
@@ -132,7 +141,7 @@ def val_windows(data_dir, block_size, eval_tokens, multiple):
     """The fixed validation set: consecutive windows from the start of the val split, (n, T + 1) int64,
     n trimmed to a multiple of batch_size * world_size so every eval batch has the same shape."""
     T = block_size
-    need, parts = (eval_tokens // T) * T + 1, []
+    need, parts = max(eval_tokens // T, 1) * T + 1, []  # at least one window
     for path in shard_paths(data_dir, "val"):
         parts.append(np.array(read_shard(path)[:need - sum(map(len, parts))]))
         if sum(map(len, parts)) >= need:
@@ -239,6 +248,9 @@ def main(argv=None):
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"device={cfg.device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
+    if ddp and device.startswith("cuda:"):
+        raise SystemExit(f"device={cfg.device}: under torchrun use --device=cuda (or auto); each process takes the "
+                         "GPU of its LOCAL_RANK (choose GPUs with CUDA_VISIBLE_DEVICES)")
     device = torch.device(f"cuda:{local_rank}" if ddp and device == "cuda" else device)
     if ddp:
         if device.type == "cuda":
@@ -261,7 +273,9 @@ def main(argv=None):
 def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if cfg.gradient_accumulation_steps % world:
         raise SystemExit(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must be a multiple of "
-                         f"the {world} processes")
+                         f"the {world} processes (each does an equal share of the micro-batches); e.g. "
+                         f"--gradient_accumulation_steps={world} --batch_size=N keeps {world} x N x block_size "
+                         "tokens per step")
     accum = cfg.gradient_accumulation_steps // world  # micro-batches per process per step
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
@@ -272,13 +286,21 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
+    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
+    ckpt = None
+    if cfg.init_from == "resume":  # first: the checkpoint's architecture (head dim) decides the attention path
+        if not os.path.exists(ckpt_path):
+            raise SystemExit(f"--init_from=resume: no checkpoint at {ckpt_path}")
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own file: RNG states too
+    arch = {k: (ckpt["model_args"] if ckpt else vars(cfg))[k] for k in ARCH_KEYS}
+    head_dim = arch["n_embd"] // arch["n_head"]
     try:
-        attention, why_not_fp8 = resolve_attention(cfg.attention, device, cfg.n_embd // cfg.n_head)
+        attention, why_not_fp8 = resolve_attention(cfg.attention, device, head_dim)
     except RuntimeError as e:  # an fp8 path asked for where the kernel cannot run
         raise SystemExit(str(e))
-    if cfg.delta_monitor and fp8_unavailable(device, cfg.n_embd // cfg.n_head):
+    if cfg.delta_monitor and fp8_unavailable(device, head_dim):
         raise SystemExit("delta_monitor=True needs the FP8 kernel, which cannot run here: "
-                         f"{fp8_unavailable(device, cfg.n_embd // cfg.n_head)}")
+                         f"{fp8_unavailable(device, head_dim)}")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     say(f"attention: {ATTENTION_PATHS[attention]} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'} | "
         + (f"cuda {device_name}" if device.type == "cuda" else device.type)
@@ -312,12 +334,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     model_args = {k: getattr(cfg, k) for k in ARCH_KEYS}
     model_args.update(n_kv_head=cfg.n_kv_head or cfg.n_head, block_size=cfg.block_size, vocab_size=vocab_size,
                       dropout=cfg.dropout, attention=attention)
-    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
-    iter_num, best_val_loss, ckpt = 0, float("inf"), None
-    if cfg.init_from == "resume":
-        if not os.path.exists(ckpt_path):
-            raise SystemExit(f"--init_from=resume: no checkpoint at {ckpt_path}")
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own file: RNG states too
+    iter_num, best_val_loss = 0, float("inf")
+    if ckpt:
         changed = [f"{k}={ckpt['model_args'][k]}" for k in ARCH_KEYS if ckpt["model_args"][k] != model_args[k]]
         if changed:
             say(f"resume: architecture from the checkpoint: {', '.join(changed)}")
@@ -336,7 +354,12 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     raw_model = model  # the uncompiled, unwrapped module: clean state_dict keys, estimate_mfu
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device.type)
     if ckpt:
+        # the moments and step counts come from the checkpoint; weight decay and betas from this run's settings
+        # (load_state_dict would restore the saved ones; lr is set at every step)
+        settings = [{k: g[k] for k in ("weight_decay", "betas")} for g in optimizer.param_groups]
         optimizer.load_state_dict(ckpt["optimizer"])
+        for group, setting in zip(optimizer.param_groups, settings):
+            group.update(setting)
         if len(ckpt["rng"]) == world:
             set_rng_state(ckpt["rng"][rank], device)
         else:
@@ -360,9 +383,17 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         say(f"MFU: n/a (unknown peak for {device_name})")
 
     os.makedirs(cfg.out_dir, exist_ok=True)
-    log_file = None
-    if master:  # one log per run; a resumed run continues its log
-        log_file = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a" if cfg.init_from == "resume" else "w")
+    log_file, log_path = None, os.path.join(cfg.out_dir, "metrics.jsonl")
+    if master:  # one log per run; a resumed run continues its log, a new one keeps an earlier run's under another name
+        if cfg.init_from == "scratch" and os.path.exists(log_path):
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(log_path)))
+            kept = os.path.join(cfg.out_dir, f"metrics.{stamp}.jsonl")
+            os.replace(log_path, kept)
+            say(f"out_dir: an earlier run's log moved to {kept}")
+        if cfg.init_from == "scratch" and os.path.exists(ckpt_path):
+            say(f"out_dir: {ckpt_path} is an earlier run's; this run replaces it at its first save "
+                "(--init_from=resume continues it instead)")
+        log_file = open(log_path, "a" if cfg.init_from == "resume" else "w")
 
     def log(**row):
         if master:
@@ -376,6 +407,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         return
 
     start_iter, t_train, n_timed, last_loss = iter_num, 0.0, 0, None
+    good_ckpt = cfg.init_from == "resume"  # ckpt_path holds this run's weights (resumed, or saved since)
     bar = tqdm(total=cfg.max_iters, initial=iter_num, unit="it", disable=None if master else True, dynamic_ncols=True)
     while True:
         lr = get_lr(iter_num, cfg)
@@ -402,6 +434,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                         "model_args": model_args, "config": asdict(cfg), "iter_num": iter_num,
                         "best_val_loss": best_val_loss, "rng": rngs, "meta": meta})
                     note = f" | saved {ckpt_path}"
+                good_ckpt = True
             say(f"iter {iter_num} | val loss {metrics['val_loss']:.4f} (best {best_val_loss:.4f}){note}")
             log(iter=iter_num, **metrics)
         if iter_num == cfg.max_iters:
@@ -428,8 +461,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         # non-finite one and stops at the same step, before the optimizer can spoil the weights.
         loss_value, norm_value = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)]).tolist()
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
-            saved = (f"the last good checkpoint is {ckpt_path}" if cfg.save_checkpoint and os.path.exists(ckpt_path)
-                     else "no checkpoint was saved")
+            saved = f"the last good checkpoint is {ckpt_path}" if good_ckpt else "this run saved no checkpoint"
             raise SystemExit(f"stopping: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} "
                              f"at iter {iter_num} (loss {loss_value}, grad norm {norm_value}, lr {lr:.3g}); {saved}. "
                              "Try a lower learning_rate or longer warmup_iters.")

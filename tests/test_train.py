@@ -85,6 +85,10 @@ def test_preset_errors_name_the_key_and_file(tmp_path):
     (["--n_embd=128", "--n_head=3"], "config error: n_embd=128 must be a multiple of n_head=3"),
     (["--n_head=4", "--n_kv_head=3"], "config error: n_head=4 must be a multiple of n_kv_head=3"),
     (["--n_embd=120", "--n_head=8"], "config error: pos=rope turns pairs of channels: head dim n_embd / n_head = 15"),
+    (["--device=gpu"], "config error: device='gpu': expected auto, cpu, cuda or cuda:N"),
+    (["--dropout=1.5"], "config error: dropout=1.5: must be in [0, 1)"),
+    (["--beta2=1.5"], "config error: beta2=1.5: must be in [0, 1)"),
+    (["--learning_rate=-1e-3"], "config error: learning_rate=-0.001: must be >= 0"),
 ])
 def test_model_shape_errors_are_config_errors(argv, words):
     with pytest.raises(SystemExit, match=re.escape(words)):
@@ -249,6 +253,39 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path,
     assert "non-finite loss at iter 3" in msg and os.path.join(out, "ckpt.pt") in msg, msg
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)
     assert ckpt["iter_num"] == 2 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+def test_new_run_in_a_used_out_dir_keeps_the_old_log_and_names_only_its_own_checkpoint(data_dir, tmp_path,
+                                                                                      monkeypatch):
+    out = tmp_path / "again"
+    train.main(args(data_dir, out, "--max_iters=2"))          # an earlier run: its log, its ckpt.pt
+    forward = GPT.forward
+    monkeypatch.setattr(GPT, "forward", lambda self, idx, targets=None: (lambda lo: (lo[0], lo[1] * float("nan")))(
+        forward(self, idx, targets)))
+    with pytest.raises(SystemExit, match="non-finite loss at iter 0 .*; this run saved no checkpoint"):
+        train.main(args(data_dir, out, "--max_iters=4"))
+    kept = list(out.glob("metrics.*.jsonl"))
+    assert len(kept) == 1 and '"iter": 2' in kept[0].read_text(), "the earlier run's log must be kept"
+
+
+def test_resume_takes_the_checkpoints_head_dim_and_this_runs_optimizer_settings(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "hd")
+    train.main(args(data_dir, out, "--max_iters=2", "--n_embd=96", "--n_head=1"))   # head dim 96
+    # the command line's head dim (64) would allow fp8; the checkpoint's does not: a message, not an assertion
+    with pytest.raises(SystemExit, match="attention=fp8 cannot run here: .*head dim 96"):
+        train.main(args(data_dir, out, "--max_iters=3", "--init_from=resume", "--attention=fp8", "--n_embd=128"))
+    seen, step = [], torch.optim.AdamW.step
+
+    def recording_step(self, *a, **kw):
+        seen.append([(g["weight_decay"], g["betas"]) for g in self.param_groups])
+        return step(self, *a, **kw)
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    train.main(args(data_dir, out, "--max_iters=3", "--init_from=resume", "--weight_decay=0.5", "--beta2=0.99"))
+    assert seen and seen[0] == [(0.5, (0.9, 0.99)), (0.0, (0.9, 0.99))], seen
+
+
+def test_eval_tokens_below_block_size_takes_one_window(data_dir):
+    assert train.val_windows(data_dir, 32, 16, 1).shape == (1, 33)
 
 
 def test_context_extension_resume(data_dir, tmp_path):
