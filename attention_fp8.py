@@ -82,6 +82,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 # In the kernels, 448.0 is e4m3's largest finite value (a scale is amax / 448) and 256.0 is P's static scale.
 FP8 = torch.float8_e4m3fn
@@ -536,6 +537,11 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, stride_lb
 # ---------------------------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------------------------
+# Whether the kernels above were built for Triton's CPU interpreter: @triton.jit decides it when it runs,
+# by TRITON_INTERPRET=1 at import, so setting the variable later changes nothing here.
+INTERPRETED = isinstance(_quantize_kernel, InterpretedFunction)
+
+
 def _cdiv(a, b):
     # triton.cdiv is a ConstexprFunction in Triton 3.6 and 3.8: 1.75 us per host call against 0.05 for
     # this, and an eager forward + backward makes about ten such calls
@@ -557,7 +563,7 @@ def _padded(n):
 # it was checked against on the H200 (3.6 and 3.8: test_gpu_fast_launch_matches_plain_launch), and
 # Triton's launch hooks (proton) do not see these launches. The Triton interpreter
 # (TRITON_INTERPRET=1, which also takes CUDA tensors) has no compiled kernels.
-FAST_LAUNCH = triton.__version__.startswith(("3.6.", "3.8.")) and os.environ.get("TRITON_INTERPRET") != "1"
+FAST_LAUNCH = triton.__version__.startswith(("3.6.", "3.8.")) and not INTERPRETED
 _launchers = {}
 # The kernels are written for fused multiply-adds: qk * f - m is one FMA before each exp2, and the
 # accumulator updates are FMAs too. Triton has contracted such expressions by default, but 3.9 warns
@@ -780,6 +786,8 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         hq = slice(hs.start * group, hs.stop * group) if hs.start is not None else hs     # their query heads
         info = _backward_piece(do[bs, hq], q[bs, hq], k[bs, hs], v[bs, hs], o[bs, hq], lse[bs, hq],
                                dq[bs, hq], dk[bs, hs], dv[bs, hs], causal, sm_scale, delta, gluon, debug)
+    if v.stride() != k.stride() and _empty_as(v).stride() != dv.stride():
+        dv = _empty_as(v).copy_(dv)     # v laid out otherwise than k (not in the GPT): dV as v is, at a copy
     return (dq, dk, dv, info) if debug else (dq, dk, dv)
 
 
@@ -848,8 +856,7 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @_bwd_op.register_fake
 def _(do, q, k, v, o, lse, causal, sm_scale, delta):
-    dk = _empty_as(k)
-    return _empty_as(q), dk, torch.empty_like(dk)
+    return _empty_as(q), _empty_as(k), _empty_as(v)     # the real op's layouts (_backward)
 
 
 def _setup_context(ctx, inputs, output):
@@ -905,12 +912,15 @@ class _Attention(torch.autograd.Function):
 # Public entry point
 # ---------------------------------------------------------------------------------------------
 def fp8_supported(device=None):
-    """True where this kernel can run: a CUDA GPU with FP8 tensor cores (compute capability >= 8.9:
-    Ada, Hopper, Blackwell), or any CPU tensor under the Triton interpreter (TRITON_INTERPRET=1)."""
+    """True where this kernel can run: an NVIDIA GPU with FP8 tensor cores (compute capability >= 8.9:
+    Ada, Hopper, Blackwell), or any CPU tensor when the kernels were built for the Triton interpreter
+    (TRITON_INTERPRET=1 when this module was imported). ROCm GPUs, which PyTorch also calls "cuda",
+    report other capabilities and other FP8 formats: not supported."""
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
-    return device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+        return (torch.cuda.is_available() and torch.version.hip is None
+                and torch.cuda.get_device_capability(device) >= (8, 9))
+    return device.type == "cpu" and INTERPRETED
 
 
 _FP8_CUDA = {}
@@ -953,6 +963,10 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
     if N == 0 or B == 0:
         raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
+    # Every launch puts the (batch, head) pairs on the grid's second axis, which CUDA caps at 65,535.
+    if B * H > 65535:
+        raise ValueError(f"attention: batch x heads = {B} x {H} = {B * H:,} is over 65,535, the most (batch, head) "
+                         "pairs the kernels launch at once; split the batch across calls")
     # The kernels index memory with 32-bit integers (Triton's default for these arguments): each
     # tensor they touch must span fewer than 2^31 elements, or its offsets would wrap around and
     # read and write the wrong memory. The largest is an input as laid out, or the FP8 copy of Q
@@ -972,7 +986,7 @@ def _check_inputs(q, k, v, delta):
                                "has no FP8 tensor cores; FP8 attention needs compute capability 8.9 or newer "
                                "(Ada, Hopper, Blackwell). Use PyTorch SDPA on this GPU.")
     elif dev.type == "cpu":
-        if os.environ.get("TRITON_INTERPRET") != "1":
+        if not INTERPRETED:
             raise ValueError("attention: q, k, v are CPU tensors; the kernel runs on a CUDA GPU, or on the CPU only "
                              "under the Triton interpreter (set TRITON_INTERPRET=1 before importing attention_fp8)")
     else:
@@ -990,6 +1004,9 @@ def delta_stats(q, k, v, do, causal=True, sm_scale=None):
         head); exact gradients give 0, since adding one vector to every key changes nothing.
     """
     _check_inputs(q, k, v, "matched")
+    if not (isinstance(do, torch.Tensor) and do.shape == q.shape and do.dtype == q.dtype and do.device == q.device):
+        got = f"{tuple(do.shape)} {do.dtype} on {do.device}" if isinstance(do, torch.Tensor) else type(do).__name__
+        raise ValueError(f"delta_stats: do must be a tensor like q ({tuple(q.shape)} {q.dtype} on {q.device}), got {got}")
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     o, lse = _forward(q, k, v, causal, sm_scale)
     stats = {}

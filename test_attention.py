@@ -469,9 +469,17 @@ def test_bad_inputs_raise_clear_errors(monkeypatch):
     expect(ValueError, "32-bit offsets", huge, huge, huge)
     short = huge[:, :, :1000]      # under 2^31 elements, but its FP8 copy has N_pad = 1024 rows per head
     expect(ValueError, "32-bit offsets", short, short, short)
+    # 65,536 (batch, head) pairs: over the launch grid's second axis (zero strides: no memory)
+    wide = torch.zeros(1, 1, 1, 64, device=DEVICE, dtype=torch.bfloat16).expand(2**15, 2, 16, 64)
+    with pytest.raises(ValueError, match="65,536 is over 65,535"):
+        A._check_inputs(wide, wide, wide, "matched")    # the check itself: a kernel let through would run for ages here
+    with pytest.raises(ValueError, match="delta_stats: do must be a tensor like q"):
+        A.delta_stats(q, q, q, q[:, :, :8])
+    with pytest.raises(ValueError, match="got NoneType"):
+        A.delta_stats(q, q, q, None)
     if ON_GPU:
         expect(ValueError, "one device", q, q.cpu(), q.cpu())
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(A, "INTERPRETED", False)    # kernels built for the GPU: CPU tensors are refused
     expect(ValueError, "TRITON_INTERPRET=1", q.cpu(), q.cpu(), q.cpu())
 
 
@@ -808,6 +816,10 @@ def test_outputs_are_laid_out_as_the_inputs(gluon, monkeypatch):
     assert torch.equal(o_t, o) and torch.equal(lse_t, lse)
     for name, x, y in zip(("dq", "dk", "dv"), grads_t, grads):
         assert torch.equal(x, y), f"{name} differs with the inputs laid out as (B, T, H, D)"
+    # v laid out otherwise than k: the kernels write dV as dK, and _backward hands it back as v is
+    grads_v = A._backward(do, q, k, bthd(v), None, lse, True, sm_scale, "matched")
+    assert grads_v[2].stride() == bthd(v).stride(), f"dv strides {grads_v[2].stride()}, v's {bthd(v).stride()}"
+    assert grads_v[1].stride() == k.stride() and all(torch.equal(x, y) for x, y in zip(grads_v, grads))
     q_dn = q.transpose(-1, -2).contiguous().transpose(-1, -2)      # D is the slowest dimension
     o_dn, _ = A._forward(q_dn, k, v, True, sm_scale)
     assert o_dn.is_contiguous() and torch.equal(o_dn, o)
