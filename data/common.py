@@ -10,7 +10,6 @@ Tokenizer: GPT-2 through tiktoken. tiktoken downloads its BPE file on first use;
 TIKTOKEN_CACHE_DIR at a folder that holds it. If neither works we fall back, with a one-line notice, to
 byte-level tokens (0..255, end-of-text 256), so every machine can still train.
 """
-import glob
 import hashlib
 import json
 import os
@@ -77,8 +76,11 @@ def get_tokenizer(name="gpt2"):
 
 
 def read_text(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError as e:  # a file that went away, a dangling link, no permission: name it, no traceback
+        raise SystemExit(f"cannot read {path}: {e.strerror or e}")
 
 
 def path_order(relpath):
@@ -157,8 +159,15 @@ def read_shard(path):
     return np.memmap(path, dtype=np.uint16, mode="r", offset=HEADER_BYTES, shape=(ntok,))
 
 
+# greedy: a name may itself hold "_train_"; not hidden files (macOS copies leave ._<name> beside each file)
+SHARD_NAME = re.compile(r"([^.].*)_(train|val)_(\d{6})\.bin")
+
+
 def shard_paths(data_dir, split):
-    paths = sorted(glob.glob(os.path.join(data_dir, f"*_{split}_*.bin")))
+    """The split's shards, <name>_<split>_NNNNNN.bin, in order. Matched by name, not by a glob pattern, so
+    that a dataset named my_train_set keeps its val shards out of training, and [ ] in a path are letters."""
+    names = os.listdir(data_dir) if os.path.isdir(data_dir) else []
+    paths = sorted(os.path.join(data_dir, f) for f in names if (m := SHARD_NAME.fullmatch(f)) and m[2] == split)
     if not paths:
         raise FileNotFoundError(f"no {split} shards (*_{split}_*.bin) in {data_dir}; run: "
                                 f"{prepare_command(data_dir)}")

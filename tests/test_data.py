@@ -185,3 +185,77 @@ def test_fineweb_prepare_keeps_intact_files_and_replaces_corrupt_ones(tmp_path, 
     fw.prepare("fineweb10B", train_shards=2, out_dir=out)  # re-running downloads nothing
     assert fetched == []
     assert json.load(open(os.path.join(out, "meta.json")))["source"].endswith("kjj0/fineweb10B-gpt2")
+
+
+def test_names_that_look_like_splits_and_odd_folders(tmp_path, monkeypatch):
+    """A dataset called my_train_set keeps its val shard out of training; [ ] in a folder name are
+    letters, not a glob pattern; --out_dir=. names the folder it is (not '.', which made hidden shards);
+    hidden files and dangling links in an input folder (editor locks) are skipped."""
+    from data.text.prepare import prepare
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"f{i}.txt").write_text(f"document {i} " * 20)
+    os.symlink(str(tmp_path / "gone"), str(docs / ".#f0.txt"))
+    for name in ("my_train_set", "code_val_v2", "books[1]"):
+        out = tmp_path / name
+        prepare(str(docs), str(out), tokenizer="bytes")
+        (train,), (val,) = shard_paths(str(out), "train"), shard_paths(str(out), "val")
+        assert os.path.basename(train) == f"{name}_train_000000.bin" and os.path.basename(val) == f"{name}_val_000000.bin"
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    prepare(str(docs), ".", tokenizer="bytes")
+    assert [os.path.basename(p) for p in shard_paths(str(here), "train")] == ["here_train_000000.bin"]
+    with pytest.raises(SystemExit, match="cannot read .*gone"):
+        common.read_text(str(tmp_path / "gone"))
+
+
+def test_meta_records_the_command_that_remakes_the_dataset(tmp_path):
+    from data.builtin.prepare import prepare as builtin
+    from data.text.prepare import prepare as text
+    out = tmp_path / "bi"
+    builtin(str(out), max_mb=0.3, site_packages=False, tokenizer="bytes")
+    assert load_meta(str(out))["prepare"] == (f"python data/builtin/prepare.py --out_dir={out} --max_mb=0.3 "
+                                              "--no_site_packages --tokenizer=bytes")
+    one = tmp_path / "one.txt"
+    one.write_text("abcdefghij" * 10)
+    text(str(one), str(tmp_path / "t"), tokenizer="bytes", exts=(".txt",))
+    assert load_meta(str(tmp_path / "t"))["prepare"] == (f"python data/text/prepare.py --input={one} "
+                                                        f"--out_dir={tmp_path / 't'} --tokenizer=bytes --ext=.txt")
+
+
+class _Response:
+    """What urllib.request.urlopen returns, cut short: the server promised `size` bytes and sent `sent`."""
+
+    def __init__(self, size, sent):
+        self.headers, self.data = {"Content-Length": str(size)}, b"x" * sent
+
+    def read(self, n=-1):
+        chunk, self.data = (self.data, b"") if n < 0 else (self.data[:n], self.data[n:])
+        return chunk
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_fineweb_download_cut_short_leaves_no_shard(tmp_path, monkeypatch):
+    from data.fineweb import prepare as fw
+    monkeypatch.setattr(fw.urllib.request, "urlopen", lambda url, timeout: _Response(3024, 1500))
+    out = str(tmp_path / "fw")
+    with pytest.raises(SystemExit, match="connection closed after 1,500 of 3,024 bytes.*re-run to continue"):
+        fw.prepare("fineweb10B", train_shards=1, out_dir=out)
+    assert os.listdir(out) == [], "a cut download must not be renamed to the shard's name"
+
+
+def test_fineweb_counts_train_shards_kept_from_an_earlier_run(tmp_path, monkeypatch, capsys):
+    from data.fineweb import prepare as fw
+    monkeypatch.setattr(fw, "download", lambda url, path: write_shard(path, np.arange(70, dtype=np.uint16)))
+    out = str(tmp_path / "fw")
+    fw.prepare("fineweb10B", train_shards=3, out_dir=out)
+    fw.prepare("fineweb10B", train_shards=1, out_dir=out)
+    assert load_meta(out)["train_tokens"] == 210 == sum(len(read_shard(p)) for p in shard_paths(out, "train"))
+    assert "2 more train shards from an earlier run are kept" in capsys.readouterr().out

@@ -43,6 +43,15 @@ def source_files(site_packages=True):
     return files
 
 
+def command(out_dir, max_mb, site_packages, tokenizer):
+    """The command that remakes this dataset, for error messages (meta.json): every non-default setting."""
+    return ("python data/builtin/prepare.py"
+            + (f" --out_dir={os.path.abspath(out_dir)}" if os.path.abspath(out_dir) != HERE else "")
+            + (f" --max_mb={max_mb:g}" if max_mb != 256.0 else "")
+            + ("" if site_packages else " --no_site_packages")
+            + (f" --tokenizer={tokenizer}" if tokenizer != "gpt2" else ""))
+
+
 def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):
     tok = get_tokenizer(tokenizer)
     files, total = [], 0
@@ -60,7 +69,8 @@ def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):
     print(f"builtin corpus: {source} -> {out_dir}")
     with tqdm(total=len(files), unit="file", desc="tokenizing", disable=None) as bar:
         counts = write_dataset(out_dir, "builtin", {"val": map(read_text, val), "train": map(read_text, train)},
-                               tok, source, "python data/builtin/prepare.py", num_threads=os.cpu_count() or 1,
+                               tok, source, command(out_dir, max_mb, site_packages, tokenizer),
+                               num_threads=os.cpu_count() or 1,
                                progress=bar.update,
                                val_files=len(val), train_files=len(train))
     print(f"builtin corpus: {counts['train_tokens']:,} train and {counts['val_tokens']:,} val tokens "

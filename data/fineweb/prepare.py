@@ -9,6 +9,7 @@ resumes an interrupted download; each file is written to a temporary name, then 
 then: python train.py --dataset=fineweb10B ...
 """
 import argparse
+import http.client
 import os
 import sys
 import urllib.request
@@ -16,7 +17,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tqdm import tqdm  # noqa: E402
 
-from data.common import atomic_write, read_shard, write_meta  # noqa: E402
+from data.common import atomic_write, read_shard, shard_paths, write_meta  # noqa: E402
 
 DATA = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = {  # name: (Hugging Face dataset, file prefix, train shards available)
@@ -30,10 +31,14 @@ def download(url, path):
                                                             unit="B", unit_scale=True, desc=os.path.basename(path),
                                                             disable=None) as bar:
         def write(f):
+            got, want = 0, int(r.headers.get("Content-Length", -1))
             while chunk := r.read(1 << 20):
                 f.write(chunk)
+                got += len(chunk)
                 bar.update(len(chunk))
-        atomic_write(path, write)
+            if want >= 0 and got != want:  # a dropped connection ends the reads early, without an error
+                raise OSError(f"connection closed after {got:,} of {want:,} bytes")
+        atomic_write(path, write)  # an error above leaves no file under the shard's name
 
 
 def prepare(name="fineweb10B", train_shards=8, out_dir=None):
@@ -51,12 +56,26 @@ def prepare(name="fineweb10B", train_shards=8, out_dir=None):
             url = f"https://huggingface.co/datasets/{repo}/resolve/main/{fname}"
             try:
                 download(url, path)
-            except OSError as e:
+                tokens = read_shard(path)
+            except (OSError, ValueError, http.client.HTTPException) as e:
                 raise SystemExit(f"could not download {url} ({e}); the files already here are kept, re-run to "
                                  "continue")
-            tokens = read_shard(path)
         counts["val_tokens" if "_val_" in fname else "train_tokens"] += len(tokens)
-    command = f"python data/fineweb/prepare.py --train_shards={train_shards}" + (" --edu" if "edu" in name else "")
+    # train shards beyond the ones asked for (an earlier run asked for more) are kept, and the loader reads
+    # every shard in the folder, so they are counted too
+    try:
+        present = shard_paths(out_dir, "train")
+    except FileNotFoundError:  # --train_shards=0
+        present = []
+    extra = sorted(set(present) - {os.path.join(out_dir, f) for f in files})
+    for path in extra:
+        counts["train_tokens"] += len(read_shard(path))
+    if extra:
+        print(f"{out_dir}: {len(extra)} more train shards from an earlier run are kept and will be trained on "
+              "(delete them to train on fewer)")
+    command = (f"python data/fineweb/prepare.py --train_shards={train_shards}" + (" --edu" if "edu" in name else "")
+               + (f" --out_dir={os.path.abspath(out_dir)}" if os.path.abspath(out_dir) != os.path.join(DATA, name)
+                  else ""))
     write_meta(out_dir, tokenizer="gpt2", vocab_size=50257, eot=50256, source=f"huggingface.co/datasets/{repo}",
                prepare=command, **counts)
     print(f"{out_dir}: {counts['train_tokens']:,} train and {counts['val_tokens']:,} val tokens")

@@ -7,6 +7,7 @@ The first 90% of the characters are train, the last 10% val (nanoGPT's split).
     python data/shakespeare/prepare.py --tokenizer=bytes                 # byte-level, like shakespeare_char
 """
 import argparse
+import http.client
 import os
 import sys
 import urllib.request
@@ -20,9 +21,9 @@ URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 
 
 def prepare(input_path=None, out_dir=HERE, tokenizer="gpt2"):
-    command = "python data/shakespeare/prepare.py" + (f" --input={input_path}" if input_path else "")
-    if out_dir != HERE:
-        command += f" --out_dir={out_dir}"
+    command = ("python data/shakespeare/prepare.py" + (f" --input={os.path.abspath(input_path)}" if input_path else "")
+               + (f" --out_dir={os.path.abspath(out_dir)}" if os.path.abspath(out_dir) != HERE else "")
+               + (f" --tokenizer={tokenizer}" if tokenizer != "gpt2" else ""))
     if input_path is None:
         input_path = os.path.join(out_dir, "input.txt")
         if not os.path.exists(input_path):
@@ -31,7 +32,7 @@ def prepare(input_path=None, out_dir=HERE, tokenizer="gpt2"):
             try:
                 with urllib.request.urlopen(URL, timeout=60) as r:
                     data = r.read()
-            except OSError as e:
+            except (OSError, http.client.HTTPException) as e:  # IncompleteRead: the connection dropped
                 raise SystemExit(f"could not download {URL} ({e}); offline, pass a local copy: "
                                  "python data/shakespeare/prepare.py --input=path/to/tinyshakespeare.txt")
             atomic_write(input_path, lambda f: f.write(data))

@@ -20,10 +20,16 @@ from data.common import get_tokenizer, path_order, read_text, write_dataset  # n
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=(".txt", ".md", ".rst", ".py"), command=None):
+DEFAULT_EXTS = (".txt", ".md", ".rst", ".py")
+
+
+def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=DEFAULT_EXTS, command=None):
     input_path = os.path.abspath(os.path.expanduser(input_path))
-    command = command or f"python data/text/prepare.py --input={input_path} --out_dir={out_dir}"
-    name = os.path.basename(os.path.normpath(out_dir))
+    out_dir = os.path.abspath(out_dir)
+    command = command or (f"python data/text/prepare.py --input={input_path} --out_dir={out_dir}"
+                          + (f" --tokenizer={tokenizer}" if tokenizer != "gpt2" else "")
+                          + (f" --ext={','.join(exts)}" if tuple(exts) != DEFAULT_EXTS else ""))
+    name = os.path.basename(out_dir)  # absolute first: --out_dir=. names the folder, not "."
     tok = get_tokenizer(tokenizer)
     if os.path.isfile(input_path):
         text = read_text(input_path)
@@ -34,7 +40,9 @@ def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=(".txt", ".md", ".r
         files = []
         for d, dirs, names in os.walk(input_path):
             dirs[:] = [x for x in dirs if not x.startswith(".")]
-            files += [os.path.relpath(os.path.join(d, n), input_path) for n in names if n.endswith(tuple(exts))]
+            # hidden files (editor locks such as .#notes.txt, often dangling links) and non-files are skipped
+            files += [os.path.relpath(os.path.join(d, n), input_path) for n in names
+                      if n.endswith(tuple(exts)) and not n.startswith(".") and os.path.isfile(os.path.join(d, n))]
         if len(files) < 2:
             raise SystemExit(f"{input_path} holds {len(files)} files ending in {exts}: need 2 or more for "
                              "a train/val split (or pass a single file)")
