@@ -4,7 +4,8 @@
 # results/triton38_h200.txt took by hand, written down after them.
 #
 #   bash results/carry_triton.sh build 3.8.0 [3.12]    here: .carry/triton-3.8.0.tar.xz (~53 MB), for Python 3.12
-#   bash results/carry_triton.sh run 3.8.0 CMD ...     there (carry ".carry"): CMD with that Triton first on the path
+#   bash results/carry_triton.sh run 3.8.0 CMD ...     there (carry ".carry/triton-3.8.0.tar.xz"): CMD with that
+#                                                      Triton first on the path (extracted on first use)
 #
 # The wheel loses what the kernels never use (profilers, AMD backend, the other ptxas) and its debug
 # symbols (libtriton.so 483 -> 192 MB). The machine's own Triton registers its backends by entry
@@ -31,10 +32,11 @@ if [ "$mode" = build ]; then
     ls -l "$archive"
 elif [ "$mode" = run ]; then
     shift 2
-    if [ ! -d "$dir/triton" ]; then
-        mkdir -p "$dir"
-        python -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$archive" "$dir"
-        chmod +x "$dir"/triton/backends/nvidia/bin/*     # zip extraction drops the executable bits
+    if [ ! -d "$dir/triton" ]; then    # extracted beside it, then renamed: a cut extraction is never used
+        rm -rf "$dir.part" && mkdir -p "$dir.part"
+        python -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$archive" "$dir.part"
+        chmod +x "$dir.part"/triton/backends/nvidia/bin/*     # zip extraction drops the executable bits
+        rm -rf "$dir" && mv "$dir.part" "$dir"
     fi
     PYTHONPATH="$dir:$root${PYTHONPATH:+:$PYTHONPATH}" TRITON_BACKENDS_IN_TREE=1 "$@"
 else

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -125,9 +125,12 @@ def run(name, timeout, gluon=False):
             return name, "stale", f"its text occurs {source.count(old)} times in {target}"
         open(path, "w").write(source.replace(old, new) if name else source)
         env = dict(os.environ, **({"FP8_GLUON_EVERYWHERE": "1"} if gluon else {}))
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_attention.py",
-                            *(GLUON_TESTS if gluon else [])], cwd=tmp, capture_output=True, text=True, timeout=timeout,
-                           env=env)
+        try:
+            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_attention.py",
+                                *(GLUON_TESTS if gluon else [])], cwd=tmp, capture_output=True, text=True,
+                               timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return name, "timeout", f"the tests ran past {timeout} s"
         failed = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("FAILED")]
         if r.returncode == 1 and failed:
             return name, "caught", failed[0]
@@ -154,8 +157,9 @@ def main():
     if verdict != "NOT CAUGHT":
         sys.exit(f"the tests fail on the copy without a bug ({verdict}: {detail}); fix that first")
     print("the copy without a bug passes the tests", flush=True)
-    with ThreadPoolExecutor(args.j) as pool:
-        for name, verdict, detail in pool.map(lambda n: run(n, args.timeout, args.gluon), names):
+    with ThreadPoolExecutor(args.j) as pool:     # printed as they finish: a run cut short keeps what it has
+        for done in as_completed([pool.submit(run, n, args.timeout, args.gluon) for n in names]):
+            name, verdict, detail = done.result()
             print(f"{name:<28} {verdict:<11} {bugs[name][2]}: {detail}", flush=True)
 
 
