@@ -65,9 +65,12 @@ def test_missing_data_errors(tmp_path):
         shard_paths(str(tmp_path), "train")
     with pytest.raises(FileNotFoundError, match="meta.json is missing"):
         load_meta(str(tmp_path))
-    # inside the repository's data/<name>/ the hint is that folder's prepare.py
-    assert common.prepare_command(os.path.join(ROOT, "data", "shakespeare")).endswith(
-        os.path.join("data", "shakespeare", "prepare.py"))
+    # in a folder with a prepare.py and no meta.json yet (data/<name>/ before its first run), the hint is that
+    # script (a tmp copy: the repository's data/shakespeare/ has a meta.json once the user prepared it)
+    folder = tmp_path / "shakespeare"
+    folder.mkdir()
+    (folder / "prepare.py").write_text(open(os.path.join(ROOT, "data", "shakespeare", "prepare.py")).read())
+    assert common.prepare_command(str(folder)).endswith(os.path.join("shakespeare", "prepare.py"))
 
 
 def test_shard_writer_splits_documents_and_removes_stale_shards(tmp_path):
