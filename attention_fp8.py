@@ -786,8 +786,8 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         hq = slice(hs.start * group, hs.stop * group) if hs.start is not None else hs     # their query heads
         info = _backward_piece(do[bs, hq], q[bs, hq], k[bs, hs], v[bs, hs], o[bs, hq], lse[bs, hq],
                                dq[bs, hq], dk[bs, hs], dv[bs, hs], causal, sm_scale, delta, gluon, debug)
-    if v.stride() != k.stride() and _empty_as(v).stride() != dv.stride():
-        dv = _empty_as(v).copy_(dv)     # v laid out otherwise than k (not in the GPT): dV as v is, at a copy
+    if v.stride() != k.stride():    # v laid out otherwise than k (not in the GPT): dV as v is, at a copy
+        dv = _empty_as(v).copy_(dv)
     return (dq, dk, dv, info) if debug else (dq, dk, dv)
 
 

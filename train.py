@@ -292,7 +292,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         if not os.path.exists(ckpt_path):
             raise SystemExit(f"--init_from=resume: no checkpoint at {ckpt_path}")
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own file: RNG states too
-    arch = {k: (ckpt["model_args"] if ckpt else vars(cfg))[k] for k in ARCH_KEYS}
+    arch = ckpt["model_args"] if ckpt else vars(cfg)
     head_dim = arch["n_embd"] // arch["n_head"]
     try:
         attention, why_not_fp8 = resolve_attention(cfg.attention, device, head_dim)

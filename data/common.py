@@ -124,6 +124,13 @@ def write_shard(path, tokens):
     atomic_write(path, write)
 
 
+def command_line(script, **options):
+    """`python <script> --key=value ...` for the options given a value (None: left out; True: a bare flag): the
+    command that remakes a dataset with its non-default settings, which meta.json keeps for error messages."""
+    flags = [f"--{k}" if v is True else f"--{k}={v}" for k, v in options.items() if v is not None and v is not False]
+    return " ".join(["python", script, *flags])
+
+
 def prepare_command(data_dir):
     """What to run to (re)make the shards in data_dir, for error messages."""
     try:

@@ -16,7 +16,7 @@ import sysconfig
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tqdm import tqdm  # noqa: E402
 
-from data.common import get_tokenizer, path_order, read_text, write_dataset  # noqa: E402
+from data.common import command_line, get_tokenizer, path_order, read_text, write_dataset  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP_DIRS = {"test", "tests", "idle_test", "__pycache__", "site-packages", "dist-packages"}
@@ -43,15 +43,6 @@ def source_files(site_packages=True):
     return files
 
 
-def command(out_dir, max_mb, site_packages, tokenizer):
-    """The command that remakes this dataset, for error messages (meta.json): every non-default setting."""
-    return ("python data/builtin/prepare.py"
-            + (f" --out_dir={os.path.abspath(out_dir)}" if os.path.abspath(out_dir) != HERE else "")
-            + (f" --max_mb={max_mb:g}" if max_mb != 256.0 else "")
-            + ("" if site_packages else " --no_site_packages")
-            + (f" --tokenizer={tokenizer}" if tokenizer != "gpt2" else ""))
-
-
 def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):
     tok = get_tokenizer(tokenizer)
     files, total = [], 0
@@ -69,7 +60,12 @@ def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):
     print(f"builtin corpus: {source} -> {out_dir}")
     with tqdm(total=len(files), unit="file", desc="tokenizing", disable=None) as bar:
         counts = write_dataset(out_dir, "builtin", {"val": map(read_text, val), "train": map(read_text, train)},
-                               tok, source, command(out_dir, max_mb, site_packages, tokenizer),
+                               tok, source, command_line(
+                                   "data/builtin/prepare.py",
+                                   out_dir=os.path.abspath(out_dir) if os.path.abspath(out_dir) != HERE else None,
+                                   max_mb=f"{max_mb:g}" if max_mb != 256.0 else None,
+                                   no_site_packages=not site_packages,
+                                   tokenizer=tokenizer if tokenizer != "gpt2" else None),
                                num_threads=os.cpu_count() or 1,
                                progress=bar.update,
                                val_files=len(val), train_files=len(train))

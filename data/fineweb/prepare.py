@@ -17,7 +17,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tqdm import tqdm  # noqa: E402
 
-from data.common import atomic_write, read_shard, shard_paths, write_meta  # noqa: E402
+from data.common import atomic_write, command_line, read_shard, shard_paths, write_meta  # noqa: E402
 
 DATA = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = {  # name: (Hugging Face dataset, file prefix, train shards available)
@@ -73,9 +73,9 @@ def prepare(name="fineweb10B", train_shards=8, out_dir=None):
     if extra:
         print(f"{out_dir}: {len(extra)} more train shards from an earlier run are kept and will be trained on "
               "(delete them to train on fewer)")
-    command = (f"python data/fineweb/prepare.py --train_shards={train_shards}" + (" --edu" if "edu" in name else "")
-               + (f" --out_dir={os.path.abspath(out_dir)}" if os.path.abspath(out_dir) != os.path.join(DATA, name)
-                  else ""))
+    command = command_line("data/fineweb/prepare.py", train_shards=train_shards, edu="edu" in name,
+                           out_dir=os.path.abspath(out_dir) if os.path.abspath(out_dir) != os.path.join(DATA, name)
+                           else None)
     write_meta(out_dir, tokenizer="gpt2", vocab_size=50257, eot=50256, source=f"huggingface.co/datasets/{repo}",
                prepare=command, **counts)
     print(f"{out_dir}: {counts['train_tokens']:,} train and {counts['val_tokens']:,} val tokens")

@@ -13,7 +13,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from data.common import atomic_write  # noqa: E402
+from data.common import atomic_write, command_line  # noqa: E402
 from data.text.prepare import prepare as prepare_text  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,9 +21,9 @@ URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 
 
 def prepare(input_path=None, out_dir=HERE, tokenizer="gpt2"):
-    command = ("python data/shakespeare/prepare.py" + (f" --input={os.path.abspath(input_path)}" if input_path else "")
-               + (f" --out_dir={os.path.abspath(out_dir)}" if os.path.abspath(out_dir) != HERE else "")
-               + (f" --tokenizer={tokenizer}" if tokenizer != "gpt2" else ""))
+    command = command_line("data/shakespeare/prepare.py", input=input_path and os.path.abspath(input_path),
+                           out_dir=os.path.abspath(out_dir) if os.path.abspath(out_dir) != HERE else None,
+                           tokenizer=tokenizer if tokenizer != "gpt2" else None)
     if input_path is None:
         input_path = os.path.join(out_dir, "input.txt")
         if not os.path.exists(input_path):

@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tqdm import tqdm  # noqa: E402
 
-from data.common import get_tokenizer, path_order, read_text, write_dataset  # noqa: E402
+from data.common import command_line, get_tokenizer, path_order, read_text, write_dataset  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -26,9 +26,9 @@ DEFAULT_EXTS = (".txt", ".md", ".rst", ".py")
 def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=DEFAULT_EXTS, command=None):
     input_path = os.path.abspath(os.path.expanduser(input_path))
     out_dir = os.path.abspath(out_dir)
-    command = command or (f"python data/text/prepare.py --input={input_path} --out_dir={out_dir}"
-                          + (f" --tokenizer={tokenizer}" if tokenizer != "gpt2" else "")
-                          + (f" --ext={','.join(exts)}" if tuple(exts) != DEFAULT_EXTS else ""))
+    command = command or command_line("data/text/prepare.py", input=input_path, out_dir=out_dir,
+                                      tokenizer=tokenizer if tokenizer != "gpt2" else None,
+                                      ext=",".join(exts) if tuple(exts) != DEFAULT_EXTS else None)
     name = os.path.basename(out_dir)  # absolute first: --out_dir=. names the folder, not "."
     tok = get_tokenizer(tokenizer)
     if os.path.isfile(input_path):
