@@ -1,6 +1,8 @@
 """model.py: causality, GQA and RoPE against an independent reference, parameter count, init, optimizer
 groups, generation, checkpoint loading, MFU, the attention switch, torch.compile, and a forward and
-backward through each attention path this machine has (fp8 on CPU runs in Triton's interpreter)."""
+backward through each attention path this machine has (fp8 on CPU runs in Triton's interpreter). At the end,
+settings that must take effect: rope_base, learned positions, each dropout site, bias=True, generate's
+top_k, strict checkpoint loading."""
 import math
 
 import pytest
@@ -258,3 +260,138 @@ def test_compile_fullgraph_fp8(monkeypatch):
     logits, loss = compiled(idx[:, :-1], idx[:, 1:])
     loss.backward()
     torch.testing.assert_close(logits, ref, atol=1e-3, rtol=1e-3)
+
+
+# -----------------------------------------------------------------------------------------------------
+# settings that must take effect: each test below fails if the setting it names is ignored
+
+def test_rope_base_sets_the_rotary_frequencies():
+    """rope_base must reach the rotation: the cached angles are t * base^(-2i/hs) for the configured base
+    (written out here, not through rope_cache), and the same weights under another base give other logits."""
+    base, T, hs = 500.0, 32, 16
+    m = tiny(rope_base=base)
+    angles = torch.arange(T).double()[:, None] * base ** (-torch.arange(0, hs, 2).double() / hs)
+    for got, want in ((m.rope_cos, angles.cos()), (m.rope_sin, angles.sin())):
+        torch.testing.assert_close(got[0, :, 0].double(), want, atol=1e-6, rtol=0,
+                                   msg=lambda s: f"the RoPE angles are not those of rope_base={base}: {s}")
+    default = tiny()  # same seed, so the same weights; only rope_base differs
+    assert all(torch.equal(p, q) for p, q in zip(m.parameters(), default.parameters()))
+    idx = torch.randint(0, 64, (2, 32))
+    with torch.no_grad():
+        assert not torch.allclose(m(idx, idx)[0], default(idx, idx)[0], atol=1e-4), "rope_base changed nothing"
+
+
+def test_learned_positions_are_added_to_the_token_embeddings():
+    """pos=learned: block 0 sees wte(idx) + wpe(t) at position t (eval mode, so no dropout), and changing
+    the position table changes the logits."""
+    m = tiny(pos="learned").eval()
+    idx = torch.randint(0, 64, (2, 20))
+    seen = []
+    handle = m.transformer.h[0].register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach()))
+    with torch.no_grad():
+        before, _ = m(idx, idx)
+        handle.remove()
+        torch.testing.assert_close(seen[0], m.transformer.wte(idx) + m.transformer.wpe.weight[:20], atol=0, rtol=0,
+                                   msg=lambda s: f"block 0's input is not wte(idx) + wpe(position): {s}")
+        m.transformer.wpe.weight.mul_(-3.0)
+        after, _ = m(idx, idx)
+    assert not torch.allclose(before, after, atol=1e-4), "the learned position table does not reach the logits"
+
+
+def _dropout_mask_ok(train_out, eval_out, p):
+    """Dropout's signature: every element of the train-mode output is either 0 or the eval-mode element
+    scaled by 1/(1-p), and both kinds occur."""
+    kept = train_out != 0
+    assert 0 < kept.float().mean() < 1, "train mode dropped nothing (or everything)"
+    torch.testing.assert_close(train_out[kept], eval_out[kept] / (1 - p), atol=1e-5, rtol=1e-4)
+
+
+def test_dropout_at_each_site_in_train_mode_only():
+    """dropout drops at the three sites GPTConfig names: the embeddings (block 0's input), the attention
+    output and the MLP output of every block; never in eval mode. Each site is checked on its own, so
+    removing any one of them fails here."""
+    p = 0.5
+    m = tiny(pos="learned", dropout=p)
+    ref = tiny(pos="learned", dropout=0.0)  # the same weights with no dropout
+    idx = torch.randint(0, 64, (2, 16))
+    with torch.no_grad():
+        m.eval()
+        torch.testing.assert_close(m(idx, idx)[0], ref(idx, idx)[0], atol=0, rtol=0)  # eval: no dropout
+        m.train()
+        # embeddings: block 0's input in train mode against wte + wpe
+        seen = []
+        handle = m.transformer.h[0].register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
+        torch.manual_seed(3)
+        m(idx, idx)
+        handle.remove()
+        _dropout_mask_ok(seen[0], m.transformer.wte(idx) + m.transformer.wpe.weight[:16], p)
+        x = torch.randn(2, 16, 64)
+        for i, block in enumerate(m.transformer.h):
+            for name, site in (("attn", lambda: block.attn(x)), ("mlp", lambda: block.mlp(x))):
+                m.train()
+                torch.manual_seed(4)
+                train_out = site()
+                m.eval()
+                eval_out = site()
+                assert not torch.equal(train_out, eval_out), f"block {i} {name}: no dropout in train mode"
+                _dropout_mask_ok(train_out, eval_out, p)
+
+
+def test_generate_top_k_samples_only_and_all_of_the_top_k():
+    """top_k=5 at temperature 1: 4000 draws of the next token land only on the 5 most likely tokens, on
+    each of them, at about their renormalized probabilities (a threshold at the largest logit instead of
+    the 5th largest would make it greedy). top_k=None reaches beyond the top 5."""
+    m = tiny().eval()
+    start = torch.randint(0, 64, (1, 5))
+    with torch.no_grad():
+        logits = m(start)[0][0, -1]
+    top = logits.topk(5).indices
+    torch.manual_seed(5)
+    draws = m.generate(start.repeat(4000, 1), 1, top_k=5)[:, -1]
+    counts = torch.bincount(draws, minlength=64).double()
+    assert counts[top].sum() == 4000, f"drew tokens outside the top 5: {sorted(set(draws.tolist()) - set(top.tolist()))}"
+    assert (counts[top] > 0).all(), f"top_k=5 drew only {counts.nonzero().flatten().tolist()}"
+    want = logits[top].double().softmax(-1)
+    assert (counts[top] / 4000 - want).abs().max() < 0.03, (counts[top] / 4000, want)
+    torch.manual_seed(5)
+    assert len(set(m.generate(start.repeat(4000, 1), 1)[:, -1].tolist())) > 5, "top_k=None kept only the top 5"
+
+
+def test_bias_true_adds_and_uses_biases():
+    """bias=True: every LayerNorm and Linear (but the tied lm_head) has a bias, the count includes them, and
+    each LayerNorm's bias is added to its output (so changing it changes the logits)."""
+    C, L, V, hs, hkv = 64, 2, 64, 16, 2
+    m = tiny(bias=True, n_kv_head=hkv)
+    norms = [mod for mod in m.modules() if isinstance(mod, M.LayerNorm)]
+    assert len(norms) == 2 * L + 1
+    assert all(isinstance(n.bias, torch.nn.Parameter) and n.bias.shape == (C,) for n in norms), \
+        "a LayerNorm of a bias=True model has no bias"
+    assert all(lin.bias is not None for name, lin in m.named_modules()
+               if isinstance(lin, torch.nn.Linear) and name != "lm_head"), "a Linear of a bias=True model has no bias"
+    no_bias = 2 * C + C * (4 + 2 * hkv) * hs + C * C + 8 * C * C
+    biases = 2 * C + (4 + 2 * hkv) * hs + C + 4 * C + C  # 2 LayerNorms, c_attn, attn c_proj, c_fc, mlp c_proj
+    assert m.get_num_params() == L * (no_bias + biases) + 2 * C + V * C  # + ln_f weight and bias + wte
+    x = torch.randn(3, C)
+    idx = torch.randint(0, 64, (2, 16))
+    for n in norms:
+        with torch.no_grad():
+            before = m(idx, idx)[0]
+            torch.nn.init.uniform_(n.bias, -1, 1)
+            torch.testing.assert_close(n(x), F.layer_norm(x, (C,), n.weight, None, 1e-5) + n.bias,
+                                       msg=lambda s: f"LayerNorm does not add its bias: {s}")
+            assert not torch.allclose(m(idx, idx)[0], before, atol=1e-4), "a LayerNorm bias changed nothing"
+
+
+def test_load_state_refuses_missing_and_unexpected_keys():
+    """A checkpoint of another architecture must not load partly: a missing key or an extra one raises
+    (a learned position table into a RoPE model, a dropped LayerNorm gain, a stray tensor)."""
+    sd = tiny().state_dict()
+    missing = {k: v for k, v in sd.items() if k != "transformer.h.1.ln_2.weight"}
+    with pytest.raises(RuntimeError, match="Missing key"):
+        tiny().load_state(missing)
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        tiny().load_state({**sd, "transformer.h.0.attn.stray": torch.zeros(3)})
+    with pytest.raises(RuntimeError, match="Unexpected key.*wpe"):
+        tiny(pos="rope").load_state(tiny(pos="learned").state_dict())
+    with pytest.raises(RuntimeError, match="Missing key.*wpe"):
+        tiny(pos="learned").load_state(sd)

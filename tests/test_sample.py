@@ -1,0 +1,119 @@
+"""sample.py against model.generate: what it prints is what generate gives on the checkpoint's weights with
+the options it was asked for (--temperature, --top_k, 0 meaning all tokens), and --seed decides the draws.
+
+The checkpoint is written here the way train.py writes one (train.save_checkpoint, with the model_args,
+model and meta keys sample.py reads): a 1-layer byte-level GPT whose weights are scaled up so that its
+next-token distribution is far from a fresh model's near-uniform one, yet broad (about 11% of the mass
+outside the 200 most likely of its 320 tokens, so the default top_k=200 and top_k=0 draw differently).
+sample.py's tokenizer is wrapped to print token ids, so outputs compare exactly, padded ids included."""
+import dataclasses
+import os
+
+import pytest
+import torch
+
+import sample
+import train
+from data.common import get_tokenizer
+from model import GPT, GPTConfig
+
+SEP = "---------------"
+START = "ab"
+
+
+@pytest.fixture(scope="module")
+def ckpt_dir(tmp_path_factory):
+    config = GPTConfig(block_size=16, vocab_size=320, n_layer=1, n_head=2, n_kv_head=2, n_embd=32, attention="sdpa")
+    torch.manual_seed(0)
+    m = GPT(config)
+    with torch.no_grad():  # sharpen: the block's matrices x30, the tied embedding (listed once, as wte) x8
+        for p in m.parameters():
+            p.mul_(8 if p is m.lm_head.weight else 30 if p.dim() == 2 else 1)
+    out = str(tmp_path_factory.mktemp("ckpt"))
+    train.save_checkpoint(os.path.join(out, "ckpt.pt"), {
+        "model": m.state_dict(), "model_args": dataclasses.asdict(config), "meta": {"tokenizer": "bytes"}})
+    return out
+
+
+def loaded(out_dir):
+    """The checkpoint's model, loaded here independently of sample.py."""
+    ckpt = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=False)
+    m = GPT(GPTConfig(**ckpt["model_args"]))
+    m.load_state(ckpt["model"])
+    return m.eval()
+
+
+def run(monkeypatch, capsys, out_dir, *opts):
+    """sample.main with its tokenizer's decode printing ids. Returns the printed samples (lists of ids,
+    the prompt's end-of-text token dropped as sample.py drops it) and, for each generate() call, the RNG
+    state and the prompt it started from, so a test can replay that call."""
+    def ids_tokenizer(name):
+        tok = get_tokenizer(name)
+        tok.decode = lambda ids: " ".join(map(str, ids))
+        return tok
+    calls = []
+    real_generate = GPT.generate
+
+    def recording_generate(self, idx, *args, **kw):
+        calls.append((torch.get_rng_state(), idx.clone()))
+        return real_generate(self, idx, *args, **kw)
+    monkeypatch.setattr(sample, "get_tokenizer", ids_tokenizer)
+    monkeypatch.setattr(GPT, "generate", recording_generate)
+    capsys.readouterr()
+    sample.main([f"--out_dir={out_dir}", "--device=cpu", "--dtype=float32", f"--start={START}", *opts])
+    blocks = capsys.readouterr().out.split(SEP + "\n")
+    assert blocks[-1] == "", "sample.py printed something after its last separator"
+    monkeypatch.setattr(GPT, "generate", real_generate)
+    return [list(map(int, b.split())) for b in blocks[:-1]], calls
+
+
+def replay(model, calls, max_new_tokens, temperature, top_k):
+    """What generate gives on `model` with these settings from each recorded call's RNG state and prompt."""
+    out = []
+    for rng, idx in calls:
+        torch.set_rng_state(rng)
+        out.append(model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k)[0, 1:].tolist())
+    return out
+
+
+def test_greedy_sample_is_generate_on_the_checkpoints_weights(ckpt_dir, monkeypatch, capsys):
+    """--temperature=0 needs no RNG: the output must be the loaded checkpoint's greedy continuation.
+    A model that skipped the checkpoint (a fresh init) continues otherwise, as checked first."""
+    want = loaded(ckpt_dir).generate(torch.tensor([[256, 97, 98]]), 24, temperature=0)[0, 1:].tolist()
+    torch.manual_seed(1337)  # sample.py's default seed, before it builds the model
+    fresh = GPT(GPTConfig(**torch.load(os.path.join(ckpt_dir, "ckpt.pt"), weights_only=False)["model_args"]))
+    assert fresh.eval().generate(torch.tensor([[256, 97, 98]]), 24, temperature=0)[0, 1:].tolist() != want, \
+        "test setup: a fresh model should continue differently from the checkpoint"
+    samples, _ = run(monkeypatch, capsys, ckpt_dir, "--temperature=0", "--num_samples=2", "--max_new_tokens=24")
+    assert samples == [want, want], "temperature 0 must give the checkpoint's greedy continuation"
+    # a temperature near 0 that is not 0 goes through the sampling path and must agree
+    samples, _ = run(monkeypatch, capsys, ckpt_dir, "--temperature=1e-4", "--num_samples=1", "--max_new_tokens=24")
+    assert samples == [want], "--temperature=1e-4 must sample the argmax"
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.5, 0), (0.5, 3), (1.0, 200)])
+def test_sample_is_generate_with_the_options_given(ckpt_dir, monkeypatch, capsys, temperature, top_k):
+    """Each printed sample equals generate() replayed from the same RNG state on the checkpoint's weights
+    with the temperature and top_k asked for (--top_k=0: no top-k). The same replay with the other settings
+    differs, so the comparison can tell them apart."""
+    opts = (f"--temperature={temperature}", f"--top_k={top_k}", "--num_samples=2", "--max_new_tokens=30")
+    samples, calls = run(monkeypatch, capsys, ckpt_dir, *opts)
+    assert len(samples) == len(calls) == 2 and all(len(s) == 2 + 30 for s in samples)
+    m = loaded(ckpt_dir)
+    assert samples == replay(m, calls, 30, temperature, top_k or None), \
+        f"sample.py --temperature={temperature} --top_k={top_k} did not print generate()'s tokens on the checkpoint"
+    others = [(0.8, top_k or None), (temperature, 200 if top_k != 200 else None), (temperature, 1)]
+    for t, k in others:  # the default temperature; the default top_k (or none); greedy
+        assert replay(m, calls, 30, t, k) != samples, f"test setup: temperature={t}, top_k={k} drew the same"
+
+
+def test_seed_decides_the_draws(ckpt_dir, monkeypatch, capsys):
+    """The same --seed prints the same samples; another seed prints other samples."""
+    opts = ("--temperature=1.0", "--num_samples=2", "--max_new_tokens=30")
+    a, _ = run(monkeypatch, capsys, ckpt_dir, "--seed=5", *opts)
+    torch.manual_seed(99)  # whatever state the process is in, --seed resets it
+    b, _ = run(monkeypatch, capsys, ckpt_dir, "--seed=5", *opts)
+    c, _ = run(monkeypatch, capsys, ckpt_dir, "--seed=6", *opts)
+    assert a == b, "the same --seed gave different samples"
+    assert a != c, "--seed=5 and --seed=6 gave the same samples"
+    assert a[0] != a[1], "the two samples of one run should differ (the RNG runs on between them)"
