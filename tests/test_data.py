@@ -262,3 +262,101 @@ def test_fineweb_counts_train_shards_kept_from_an_earlier_run(tmp_path, monkeypa
     fw.prepare("fineweb10B", train_shards=1, out_dir=out)
     assert load_meta(out)["train_tokens"] == 210 == sum(len(read_shard(p)) for p in shard_paths(out, "train"))
     assert "2 more train shards from an earlier run are kept" in capsys.readouterr().out
+
+
+def _document_bytes(path, eot):
+    """A shard's documents as bytes (byte-level tokens), each without its leading end-of-text token."""
+    t = read_shard(path).tolist()
+    starts = [i for i, x in enumerate(t) if x == eot] + [len(t)]
+    assert starts[0] == 0, "a shard must start with an end-of-text token"
+    return [bytes(t[a + 1:b]) for a, b in zip(starts, starts[1:])]
+
+
+def test_builtin_val_and_train_hold_disjoint_files(tmp_path):
+    """The built-in split is by file: val is the first files in hash order, train the rest, no file in both.
+    The earlier test counts documents against meta.json, which counts the same lists, so a split that puts one
+    file in both ([:n_val] and [n_val - 1:]) passed it; here the documents are checked against the files."""
+    from data.builtin.prepare import prepare, source_files
+    out = str(tmp_path / "bi")
+    cap = 0.3  # MB: 14 stdlib files on CPython 3.11, at least 5 anywhere (4 val + 1 train, or prepare refuses)
+    prepare(out, max_mb=cap, site_packages=False, tokenizer="bytes")
+    meta = load_meta(out)
+    (val,), (train,) = shard_paths(out, "val"), shard_paths(out, "train")
+    val_docs, train_docs = _document_bytes(val, 256), _document_bytes(train, 256)
+    files = [full for _, full in source_files(site_packages=False)]
+    n = len(val_docs) + len(train_docs)
+    texts = [common.read_text(f).encode("utf-8") for f in files[:n]]
+    # by content: a val text shows up in train only as often as distinct files hold that same text (two
+    # empty __init__.py are two files); one file in both splits breaks this
+    for t in set(val_docs) & set(train_docs):
+        assert val_docs.count(t) + train_docs.count(t) <= texts.count(t), \
+            f"a val document ({len(t)} bytes: {t[:60]!r}...) is also in train"
+    # by position: val is the first val_files of the hash order, train the files after it, each once
+    assert len(val_docs) == meta["val_files"] >= 4
+    assert val_docs == texts[:len(val_docs)], "val is not the first files of the hash order"
+    assert train_docs == texts[len(val_docs):], "train is not the files after val, each once"
+    # and together they are the first `cap` MB of that order
+    sizes = [os.path.getsize(f) for f in files[:n]]
+    assert sum(sizes[:-1]) < cap * 1e6 <= sum(sizes), f"{n} documents are not the first {cap} MB of files"
+
+
+def test_text_prepare_skips_hidden_folders(tmp_path):
+    """Files under hidden folders (.git, .venv, an editor's .cache), at any depth, are no documents; files in
+    ordinary subfolders are. The earlier test only had a hidden file at the top level."""
+    from data.text.prepare import prepare
+    docs = tmp_path / "docs"
+    (docs / "sub" / ".cache").mkdir(parents=True)
+    (docs / ".git" / "logs").mkdir(parents=True)
+    visible = {"a.txt": "alpha " * 30, "b.md": "beta " * 30, "c.txt": "gamma " * 30, "sub/d.txt": "delta " * 30}
+    for name, text in visible.items():
+        (docs / name).write_text(text)
+    for name in (".git/description.txt", ".git/logs/HEAD.md", "sub/.cache/e.txt"):
+        (docs / name).write_text(f"HIDDEN {name} " * 10)
+    out = str(tmp_path / "out")
+    counts = prepare(str(docs), out, tokenizer="bytes")
+    text = b"".join(bytes(t for t in read_shard(p).tolist() if t < 256)  # without the end-of-text tokens
+                    for s in ("val", "train") for p in shard_paths(out, s))
+    assert b"HIDDEN" not in text, "a file under a hidden folder was tokenized"
+    assert counts["val_tokens"] + counts["train_tokens"] == sum(len(t) + 1 for t in visible.values())
+    assert "(4 files, 1 of them val)" in load_meta(out)["source"]
+
+
+def test_an_empty_split_still_gets_its_shard(tmp_path):
+    """ShardWriter.close writes a shard even when nothing was added (`or self.index == 0`): every split that
+    meta.json counts has its file, so a loader finds the split and can say how many tokens it holds. Without
+    the file it says 'no val shards ...; run: <prepare command>', and re-running that changes nothing."""
+    w = ShardWriter(str(tmp_path), "e", "val")
+    assert w.close() == 0
+    assert os.listdir(tmp_path) == ["e_val_000000.bin"] and len(read_shard(str(tmp_path / "e_val_000000.bin"))) == 0
+    # a dataset whose val split has no documents: its shard is written, empty, in place of an earlier run's
+    out = str(tmp_path / "d")
+    _empty_val_dataset(out)
+    assert {k: load_meta(out)[k] for k in ("val_tokens", "train_tokens")} == {"val_tokens": 0, "train_tokens": 19}
+    assert sorted(os.listdir(out)) == ["d_train_000000.bin", "d_val_000000.bin", "meta.json"]
+    (val,) = shard_paths(out, "val")
+    assert len(read_shard(val)) == 0
+    # the smallest inputs the prepare scripts take never leave a split empty: each document brings its
+    # end-of-text token, so an empty file gives one token to each split
+    from data.text.prepare import prepare
+    (tmp_path / "empty.txt").write_text("")
+    assert prepare(str(tmp_path / "empty.txt"), str(tmp_path / "tiny"), tokenizer="bytes") == \
+        {"val_tokens": 1, "train_tokens": 1}
+    assert [len(read_shard(p)) for s in ("val", "train") for p in shard_paths(str(tmp_path / "tiny"), s)] == [1, 1]
+
+
+def _empty_val_dataset(out):
+    """Byte-level shards in `out` whose val split has no documents, over an earlier run whose val had one."""
+    tok = get_tokenizer("bytes")
+    common.write_dataset(out, "d", {"val": ["old val text"], "train": ["old train text"]}, tok, "t", "python x")
+    return common.write_dataset(out, "d", {"val": [], "train": ["some training text"]}, tok, "t", "python x")
+
+
+@pytest.mark.xfail(strict=True, reason="train.val_windows: (0 - 1) // T is -1, which its n == 0 check misses, so "
+                                       "a 0-token val split trains with val loss nan (patch C_val_windows_empty_split)")
+def test_trainer_refuses_an_empty_val_split(tmp_path):
+    """What the empty shard above is for: the trainer stops with an error naming the split and its size."""
+    import train
+    out = str(tmp_path / "d")
+    _empty_val_dataset(out)
+    with pytest.raises(ValueError, match=r"the val split of .* has 0 tokens, fewer than block_size \+ 1"):
+        train.val_windows(out, block_size=8, eval_tokens=64, multiple=1)
