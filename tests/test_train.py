@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -40,6 +41,17 @@ def metrics(out_dir):
     losses = {r["iter"]: r["loss"] for r in rows if "loss" in r}
     vals = {r["iter"]: r["val_loss"] for r in rows if "val_loss" in r}
     return losses, vals
+
+
+def coded_shards(folder, train=(), val=()):
+    """Shards of the given lengths whose tokens say where they sit: token = base + 1000 * shard + position
+    (base 0 for train, 30000 for val), so a window names its split, shard and start."""
+    from data.common import write_shard
+    os.makedirs(folder, exist_ok=True)
+    for split, base, lengths in (("train", 0, train), ("val", 30000, val)):
+        for i, n in enumerate(lengths):
+            write_shard(os.path.join(folder, f"coded_{split}_{i:06d}.bin"), base + 1000 * i + np.arange(n))
+    return str(folder)
 
 
 # -----------------------------------------------------------------------------------------------------
@@ -81,6 +93,43 @@ def test_preset_errors_name_the_key_and_file(tmp_path):
         train.main(["--max_iters=0"])
 
 
+@pytest.mark.parametrize("line,words", [
+    ("max_iters = True", "max_iters=True ({}): expected a value of type int"),
+    ("learning_rate = False", "learning_rate=False ({}): expected a value of type float"),
+    ("compile = 1", "compile=1 ({}): expected a value of type bool"),
+])
+def test_preset_bools_and_numbers_do_not_stand_in_for_each_other(tmp_path, line, words):
+    """In a preset, True is a bool and 1 an int, as Python has them: a bool for a number (or the reverse) is a
+    slip, not a setting. (bool is a subclass of int, so an isinstance(value, int) check alone lets True in.)"""
+    preset = tmp_path / "p.py"
+    preset.write_text(line + "\n")
+    with pytest.raises(configurator.ConfigError, match=re.escape(words.format(preset))):
+        configurator.parse(train.TrainConfig(), [str(preset)])
+
+
+def test_command_line_bools_and_ints():
+    """On the command line everything is text: 1/0, true/false, yes/no spell a bool; an int key takes digits only."""
+    for text, want in (("1", True), ("0", False), ("YES", True), ("no", False)):
+        cfg = configurator.parse(train.TrainConfig(), [f"--compile={text}"])
+        assert cfg.compile is want, f"--compile={text} gave {cfg.compile!r}"
+    cfg = configurator.parse(train.TrainConfig(), ["--max_iters=7"])
+    assert type(cfg.max_iters) is int and cfg.max_iters == 7
+    for bad in ("True", "false"):
+        with pytest.raises(configurator.ConfigError, match=re.escape(f"max_iters={bad!r} (--max_iters={bad}): expected")):
+            configurator.parse(train.TrainConfig(), [f"--max_iters={bad}"])
+
+
+def test_arch_keys_are_every_model_setting_a_checkpoint_fixes():
+    """ARCH_KEYS are the GPTConfig fields that shape the weights or what they compute: a run takes them from
+    the command line and a resumed run from the checkpoint. A field missing here is silently left at
+    GPTConfig's default (and a resume could change it). The other fields are set per run in train.py."""
+    from dataclasses import fields
+    from model import GPTConfig
+    per_run = {"block_size", "vocab_size", "dropout", "attention"}  # context extension; the data's; training; device
+    assert set(train.ARCH_KEYS) == {f.name for f in fields(GPTConfig)} - per_run
+    assert len(set(train.ARCH_KEYS)) == len(train.ARCH_KEYS)
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--n_embd=128", "--n_head=3"], "config error: n_embd=128 must be a multiple of n_head=3"),
     (["--n_head=4", "--n_kv_head=3"], "config error: n_head=4 must be a multiple of n_kv_head=3"),
@@ -93,6 +142,14 @@ def test_preset_errors_name_the_key_and_file(tmp_path):
 def test_model_shape_errors_are_config_errors(argv, words):
     with pytest.raises(SystemExit, match=re.escape(words)):
         train.main(argv)
+
+
+@pytest.mark.parametrize("value", ["1.0", "-0.1"])
+def test_beta1_outside_0_1_is_a_config_error(value):
+    """beta1 = 1 freezes Adam's first moment at zero; a negative one flips its sign. load_config, not main: a
+    run the check let through would go on to prepare the built-in data before AdamW objected."""
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"beta1={float(value)}: must be in [0, 1)")):
+        train.load_config([f"--beta1={value}"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
@@ -158,24 +215,32 @@ def test_resume_continues_the_loss_curve_exactly(data_dir, tmp_path):
     assert va[8] == pytest.approx(vb[8], abs=1e-6) and sorted(vb) == [0, 4, 8]  # no second eval at iter 4
 
 
-def test_ddp_two_processes_match_one(data_dir, tmp_path):
-    """2 gloo processes x 2 micro-batches == 1 process x 4 micro-batches: the same windows and the same
-    averaged gradient, up to the order of float additions."""
+@pytest.mark.parametrize("accum", [4, 6])
+def test_ddp_two_processes_match_one(data_dir, tmp_path, accum):
+    """2 gloo processes x accum/2 micro-batches == 1 process x accum micro-batches: the same windows and the
+    same averaged gradient, up to the order of float additions. Rank r must take global micro-batches
+    r * accum/2 + micro. At accum=4 each process does as many micro-batches as there are processes, so
+    rank * world + micro numbers them the same way; accum=6 (3 each) tells the two apart: the wrong one
+    repeats micro-batch 2 and leaves out 5."""
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    a = args(data_dir, one, "--max_iters=3", "--gradient_accumulation_steps=4", "--eval_interval=3")
+    a = args(data_dir, one, "--max_iters=3", f"--gradient_accumulation_steps={accum}", "--eval_interval=3")
     train.main(a)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            os.path.join(ROOT, "train.py")] + [x.replace(one, two) for x in a]
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "cpu x 2" in r.stdout and "= 2 x 2 x 4 x 32" in r.stdout, r.stdout
+    assert "cpu x 2" in r.stdout and f"= 2 x {accum // 2} x 4 x 32" in r.stdout, r.stdout
     (l1, v1), (l2, v2) = metrics(one), metrics(two)
     assert sorted(l2) == [0, 1, 2] and sorted(v2) == [0, 3]
     for i in range(3):
         assert l2[i] == pytest.approx(l1[i], rel=1e-5), (i, l1[i], l2[i])
     for i in (0, 3):
         assert v2[i] == pytest.approx(v1[i], rel=1e-5), (i, v1[i], v2[i])
+    # dropout must differ between ranks (the same masks on every rank would be one mask per global batch, not
+    # one per sequence), so each rank seeds its own torch RNG; the checkpoint keeps every rank's state
+    rngs = torch.load(os.path.join(two, "ckpt.pt"), weights_only=False)["rng"]
+    assert len(rngs) == 2 and not torch.equal(rngs[0]["torch"], rngs[1]["torch"]), "both ranks have one RNG state"
 
 
 def test_training_windows_are_a_function_of_step_and_micro_batch(data_dir):
@@ -191,6 +256,50 @@ def test_training_windows_are_a_function_of_step_and_micro_batch(data_dir):
               "seed": train.TrainData(data_dir, block_size=32, seed=1338).batch(5, 1, 4, cpu)[0]}
     for what, other in others.items():
         assert not torch.equal(x, other), f"another {what} gave the same windows"
+
+
+def test_training_windows_land_in_shards_in_proportion_to_their_length(tmp_path):
+    """A shard 9 times longer than another holds 90% of the windows. Drawing shards uniformly would sample the
+    short shard's tokens 9 times as often as the long one's (50% of the windows). 3200 windows: the share's
+    standard deviation is 0.005, the tolerance 0.03; the seed is fixed, so the count is too."""
+    data = train.TrainData(coded_shards(tmp_path / "d", train=(900, 100)), block_size=8, seed=1337)
+    firsts = torch.cat([data.batch(it, 0, 16, torch.device("cpu"))[0][:, 0] for it in range(200)])
+    share = (firsts // 1000 == 0).double().mean().item()
+    assert share == pytest.approx(0.9, abs=0.03), f"{share:.3f} of the windows come from the shard of 90% of the tokens"
+
+
+def test_training_windows_reach_every_start_and_stay_inside_the_shard(tmp_path):
+    """Shards of length T, T+1, T+2 and T+5 (T = 8): a window needs T+1 tokens, so the first shard holds none
+    (and must be left out, not drawn from), the others hold 1, 2 and 5 windows. Every window must be T+1
+    consecutive tokens of one shard, and every start, the last ones included, must come up."""
+    T, lengths = 8, (8, 9, 10, 13)
+    data = train.TrainData(coded_shards(tmp_path / "d", train=lengths), block_size=T, seed=1337)
+    seen = set()
+    for it in range(100):
+        x, y = data.batch(it, 0, 16, torch.device("cpu"))
+        for w in torch.cat([x, y[:, -1:]], dim=1).tolist():
+            shard, start = divmod(w[0], 1000)
+            assert w == [1000 * shard + start + i for i in range(T + 1)], f"not one shard's consecutive tokens: {w}"
+            assert start + T + 1 <= lengths[shard], f"window {start}..{start + T} runs past shard {shard} of {lengths[shard]}"
+            seen.add((shard, start))
+    assert seen == {(1, 0), (2, 0), (2, 1)} | {(3, s) for s in range(5)}, sorted(seen)
+
+
+def test_val_windows_are_the_start_of_the_val_split(data_dir, tmp_path):
+    """The validation windows are consecutive (T+1)-token windows from the start of the val split, overlapping
+    by one token (each window's last token is the next one's first input) and running on into the next val shard;
+    the train split must not leak in."""
+    from data.common import read_shard, shard_paths
+    d = coded_shards(tmp_path / "d", train=(500,), val=(50, 100))
+    tokens = np.concatenate([30000 + np.arange(50), 31000 + np.arange(100)])  # the val split, in order
+    windows = train.val_windows(d, 8, 64, 1)
+    want = torch.from_numpy(tokens[np.arange(8)[:, None] * 8 + np.arange(9)].astype(np.int64))
+    assert torch.equal(windows, want), windows
+    assert torch.equal(train.val_windows(d, 8, 64, 3), want[:6]), "8 windows trimmed to a multiple of 3: the first 6"
+    assert train.val_windows(d, 8, 10_000, 1).shape == (149 // 8, 9), "a val split shorter than eval_tokens: all of it"
+    val = read_shard(shard_paths(data_dir, "val")[0])
+    first = train.val_windows(data_dir, 32, 1024, 1)[0]
+    assert first.tolist() == val[:33].tolist(), "the first val window must be the val split's first 33 tokens"
 
 
 def test_learning_rate_schedule():
@@ -287,6 +396,78 @@ def test_resume_takes_the_checkpoints_head_dim_and_this_runs_optimizer_settings(
     monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
     train.main(args(data_dir, out, "--max_iters=3", "--init_from=resume", "--weight_decay=0.5", "--beta2=0.99"))
     assert seen and seen[0] == [(0.5, (0.9, 0.99)), (0.0, (0.9, 0.99))], seen
+
+
+def test_resume_takes_the_checkpoints_rope_base(data_dir, tmp_path, monkeypatch, capsys):
+    """rope_base sets the rotation frequencies the weights were trained with. It is not in the state dict (the
+    cos/sin tables are rebuilt from it), so a run must record it and a resumed run build the model with the
+    checkpoint's, whatever the command line says."""
+    out = str(tmp_path / "rb")
+    train.main(args(data_dir, out, "--max_iters=2", "--rope_base=500"))
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)["model_args"]["rope_base"] == 500
+    built = []
+    monkeypatch.setattr(train, "GPT", lambda config: built.append(config) or GPT(config))
+    capsys.readouterr()
+    train.main(args(data_dir, out, "--max_iters=3", "--init_from=resume", "--rope_base=20000"))
+    assert "resume: architecture from the checkpoint: rope_base=500.0" in capsys.readouterr().out
+    assert [c.rope_base for c in built] == [500], [c.rope_base for c in built]
+
+
+def test_every_param_group_gets_the_scheduled_lr(data_dir, tmp_path, monkeypatch):
+    """The optimizer has two groups (with and without weight decay); the schedule must set both, at every
+    step. (Warmup from 3e-3 / 3: a group left alone keeps the 3e-3 it was made with.)"""
+    seen, step = [], torch.optim.AdamW.step
+
+    def recording_step(self, *a, **kw):
+        seen.append([g["lr"] for g in self.param_groups])
+        return step(self, *a, **kw)
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    argv = args(data_dir, tmp_path / "lr", "--max_iters=5", "--lr_decay_iters=4", "--save_checkpoint=False")
+    train.main(argv)
+    cfg = configurator.parse(train.TrainConfig(), argv)
+    want = [[train.get_lr(it, cfg)] * 2 for it in range(5)]
+    assert seen == want, f"param group lrs per step {seen}, the schedule says {want}"
+
+
+def test_resume_keeps_the_best_val_loss_from_before(data_dir, tmp_path, capsys):
+    """best_val_loss is the best over the whole run, resumes included: after a resume whose evals are worse,
+    the checkpoint must still carry the earlier best, not the best since the resume. The saved best is set
+    to 0.25 (lower than any val loss 4 steps reach) to stand for a better earlier eval."""
+    out = tmp_path / "best"
+    path = out / "ckpt.pt"
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2"))
+    ckpt = torch.load(path, weights_only=False)
+    ckpt["best_val_loss"] = 0.25
+    torch.save(ckpt, path)
+    capsys.readouterr()
+    train.main(args(data_dir, out, "--max_iters=4", "--eval_interval=2", "--init_from=resume"))
+    val4, best = metrics(out)[1][4], torch.load(path, weights_only=False)["best_val_loss"]
+    assert val4 > 0.25 and best == 0.25, f"val loss {val4} at iter 4: the checkpoint's best is {best}, not 0.25"
+    assert f"iter 4 | val loss {val4:.4f} (best 0.2500)" in capsys.readouterr().out
+
+
+def test_a_failed_checkpoint_save_keeps_the_previous_checkpoint(data_dir, tmp_path, monkeypatch):
+    """A save that dies halfway (disk full, a kill) must leave the previous checkpoint whole: the file is written
+    beside ckpt.pt and renamed over it only once complete. Here torch.save writes half a file and fails."""
+    out = tmp_path / "torn"
+    path = out / "ckpt.pt"
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2"))
+    before = path.read_bytes()
+
+    def torn_save(obj, f, *a, **kw):
+        if isinstance(f, (str, os.PathLike)):
+            with open(f, "wb") as fh:
+                fh.write(before[:len(before) // 2])
+        else:
+            f.write(before[:len(before) // 2])
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(torch, "save", torn_save)
+    with pytest.raises(OSError, match="No space left on device"):
+        train.main(args(data_dir, out, "--max_iters=4", "--eval_interval=2", "--init_from=resume"))
+    monkeypatch.undo()
+    assert path.read_bytes() == before, "the failed save changed the previous checkpoint"
+    assert torch.load(path, weights_only=False)["iter_num"] == 2
+    assert sorted(os.listdir(out)) == ["ckpt.pt", "metrics.jsonl"], "the half-written file must be cleaned up"
 
 
 def test_eval_tokens_below_block_size_takes_one_window(data_dir):
