@@ -95,7 +95,7 @@ def load_config(argv):
         if not lo <= getattr(cfg, key) < hi:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be in [{lo}, {hi})")
     for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip", "warmup_iters", "lr_decay_iters"):
-        if getattr(cfg, key) < 0:
+        if not getattr(cfg, key) >= 0:  # written so that nan fails too (nan < 0 is False)
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
     if cfg.n_head < 1 or cfg.n_embd % cfg.n_head:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head} (head dim n_embd / n_head)")
@@ -147,7 +147,7 @@ def val_windows(data_dir, block_size, eval_tokens, multiple):
         if sum(map(len, parts)) >= need:
             break
     tokens = np.concatenate(parts)
-    n = (len(tokens) - 1) // T
+    n = max(len(tokens) - 1, 0) // T  # 0 tokens: 0 windows, not (0 - 1) // T = -1, which passed the check below
     n = n // multiple * multiple or n
     if n == 0:
         raise ValueError(f"the val split of {data_dir} has {len(tokens)} tokens, fewer than block_size + 1")

@@ -351,8 +351,6 @@ def _empty_val_dataset(out):
     return common.write_dataset(out, "d", {"val": [], "train": ["some training text"]}, tok, "t", "python x")
 
 
-@pytest.mark.xfail(strict=True, reason="train.val_windows: (0 - 1) // T is -1, which its n == 0 check misses, so "
-                                       "a 0-token val split trains with val loss nan (patch C_val_windows_empty_split)")
 def test_trainer_refuses_an_empty_val_split(tmp_path):
     """What the empty shard above is for: the trainer stops with an error naming the split and its size."""
     import train

@@ -152,6 +152,14 @@ def test_beta1_outside_0_1_is_a_config_error(value):
         train.load_config([f"--beta1={value}"])
 
 
+
+@pytest.mark.parametrize("key", ["grad_clip", "learning_rate", "weight_decay"])
+def test_nan_is_a_config_error(key):
+    """nan < 0 is False, so a check written as `x < 0` let nan through: grad_clip=nan switched clipping off
+    silently, learning_rate=nan failed later as a non-finite loss."""
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"{key}=nan: must be >= 0")):
+        train.load_config([f"--{key}=nan"])
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_cuda_device_without_a_gpu_says_so():
     import sample
