@@ -196,7 +196,8 @@ def delta_monitor(raw_model, probe, ctx):
             q, k, v = (a.probe[n].to(dt) for n in ("q", "k", "v"))
             for name, value in delta_stats(q, k, v, dy.to(dt), causal=True).items():
                 out[f"{name}_L{i}"] = value
-                out[name] = max(out.get(name, 0.0), value)
+                worst = out.get(name, 0.0)
+                out[name] = worst if math.isnan(worst) or value <= worst else value  # max, but a nan stays
         return out
     finally:
         for a in attns:

@@ -151,3 +151,25 @@ def test_delta_stats_against_the_kernels_own_gradients():
     stale, exact = ((do.float() * x.float()).sum(-1) for x in (o.detach(), o_exact))
     ref = ((stale - exact).norm() / exact.norm()).item()
     assert ref / 2 < stats["delta_mismatch"] < 2 * ref, (stats["delta_mismatch"], ref)
+
+
+def test_delta_monitor_reports_nan_when_a_layer_goes_nan():
+    """A non-finite layer must show in the worst-layer figures: a max seeded with 0.0 kept 0.0 against nan
+    (nan > 0.0 is False), so a model gone nan read as a perfect delta. One weight set to nan in the last
+    block's MLP makes the loss, and so every layer's dO, nan."""
+    import contextlib
+
+    import torch
+
+    from model import GPT, GPTConfig
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the FP8 kernel on the CPU needs the Triton interpreter")
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=N_LAYER, n_head=N_HEAD, n_kv_head=N_KV_HEAD,
+                        n_embd=N_HEAD * HEAD_DIM, attention="fp8"))
+    with torch.no_grad():
+        gpt.transformer.h[-1].mlp.c_fc.weight[0, 0] = float("nan")
+    probe = torch.randint(0, 64, (1, 17), generator=torch.Generator().manual_seed(1))
+    out = train.delta_monitor(gpt, probe, contextlib.nullcontext())
+    for name in STATS:
+        assert out[name] != out[name], f"{name}: reported {out[name]} for a model whose loss is nan"
