@@ -3,6 +3,9 @@ import json
 import os
 import subprocess
 import sys
+import types
+
+import pytest
 
 import ablation
 
@@ -33,3 +36,98 @@ def test_unknown_arm_is_refused_before_any_run():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "ablation.py"), "run", "--arms=fp8,bf16"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "unknown arm(s) bf16" in r.stderr and "$ " not in r.stdout, (r.stdout, r.stderr)
+
+
+def test_table_tail_and_median(tmp_path, monkeypatch):
+    """Train loss: the mean over the last 10% of steps; tok/s: the median of the second half's figures
+    (logged in any order of size)."""
+    monkeypatch.setattr(ablation, "OUT", str(tmp_path))
+    rows = []
+    for i in range(21):
+        rows.append({"iter": i, "loss": float(i), "tok_per_s": 9e9 if i < 10 else 1000 + (i * 7 % 11) * 10})
+        if i % 10 == 0:
+            rows.append({"iter": i, "val_loss": {0: 12.0, 10: 9.0, 20: 9.5}[i]})
+    _write(tmp_path, "sdpa", rows)
+    line = ablation.table({"sdpa": ablation.load("sdpa")}).splitlines()[2]
+    # last 10% of 20 steps: 18, 19, 20; second half's tok/s: 1000..1100 by 10, median 1050
+    assert line == "| sdpa | 19.0000 | 9.5000 | 9.0000 | 1,050 |", line
+
+
+def _trailing_mean(xs, k):
+    return [sum(xs[max(0, i - k + 1):i + 1]) / len(xs[max(0, i - k + 1):i + 1]) for i in range(len(xs))]
+
+
+def test_plot_series(tmp_path, monkeypatch, capsys):
+    """ablation.py plot, with a stand-in for matplotlib that records each series: the loss curves per arm, the
+    arms' train and val loss minus the BF16 arm's at the same step, and the delta monitor's figures each
+    under its own label."""
+    class Ax:
+        def __init__(self):
+            self.series = {}
+
+        def plot(self, x, y, *fmt, label=None, **kw):
+            self.series[label] = (list(x), list(y))
+        semilogy = plot
+
+        def __getattr__(self, name):     # set, axhline, legend
+            return lambda *a, **k: None
+    axes = [Ax(), Ax(), Ax()]
+    saved = []
+    fig = types.SimpleNamespace(tight_layout=lambda: None, savefig=lambda path, dpi=None: saved.append(path))
+    pyplot = types.ModuleType("matplotlib.pyplot")
+    pyplot.subplots = lambda *a, **k: (fig, axes)
+    mpl = types.ModuleType("matplotlib")
+    mpl.use, mpl.pyplot = (lambda backend: None), pyplot
+    monkeypatch.setitem(sys.modules, "matplotlib", mpl)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", pyplot)
+    monkeypatch.setattr(ablation, "OUT", str(tmp_path))
+
+    iters = list(range(10))
+    base = [5.0 - 0.1 * i for i in iters]
+    arms = {"sdpa": (base, [6.0, 5.5, 5.1]),
+            "fp8_stale": ([b - 0.02 * i for i, b in enumerate(base)], [5.9, 5.3, 4.8]),
+            "fp8": ([b + 0.01 * i for i, b in enumerate(base)], [6.1, 5.7, 5.4])}
+    monitor = {"fp8_stale": (1e-2, 2e-2, 3e-3), "fp8": (1.1e-2, 2.5e-2, 2e-3), "sdpa": (1.2e-2, 3e-2, 1e-3)}
+    for arm, (loss, val) in arms.items():
+        mismatch, stale, matched = monitor[arm]
+        rows = [{"iter": i, "loss": x} for i, x in zip(iters, loss)]
+        rows += [{"iter": i, "val_loss": x, "delta_mismatch": mismatch * (n + 1), "key_grad_sum_stale": stale * (n + 1),
+                  "key_grad_sum_matched": matched * (n + 1)} for n, (i, x) in enumerate(zip((0, 5, 9), val))]
+        _write(tmp_path, arm, rows)
+    ablation.plot()
+    assert saved == [str(tmp_path / "ablation.png")]
+    loss_ax, diff_ax, mon_ax = (ax.series for ax in axes)
+    assert set(loss_ax) == set(arms) and set(diff_ax) == {f"{a}: {s}" for a in ("fp8_stale", "fp8")
+                                                         for s in ("train (smoothed)", "val")}
+    for arm, (loss, val) in arms.items():
+        assert loss_ax[arm] == (iters, pytest.approx(_trailing_mean(loss, 3))), arm
+        mismatch, stale, matched = monitor[arm]
+        assert mon_ax[f"{arm}: delta mismatch"] == ([0, 5, 9], pytest.approx([mismatch, 2 * mismatch, 3 * mismatch]))
+        assert mon_ax[f"{arm}: key-grad sum, stale"] == ([0, 5, 9], pytest.approx([stale, 2 * stale, 3 * stale]))
+        assert mon_ax[f"{arm}: key-grad sum, matched"] == ([0, 5, 9], pytest.approx([matched, 2 * matched, 3 * matched]))
+        if arm != "sdpa":
+            want = _trailing_mean([x - b for x, b in zip(loss, base)], 5)
+            assert diff_ax[f"{arm}: train (smoothed)"] == (iters, pytest.approx(want)), arm
+            assert diff_ax[f"{arm}: val"] == ([0, 5, 9], pytest.approx([x - b for x, b in zip(val, arms["sdpa"][1])]))
+    assert "| fp8 |" in capsys.readouterr().out
+
+
+def test_run_commands(monkeypatch):
+    """Each arm's train.py command, read as train.py reads it: the preset first, then the arm's attention,
+    seed and out_dir (its own folder), the monitor on, and the caller's overrides last. The BF16 noise arm
+    has a seed of its own; the others share one."""
+    import configurator
+    import train
+    cmds = []
+    monkeypatch.setattr(ablation.subprocess, "run", lambda cmd: (cmds.append(cmd), types.SimpleNamespace(returncode=0))[1])
+    arms = ["sdpa", "sdpa_seed2", "fp8_stale", "fp8"]
+    ablation.run(["--max_iters=7"], arms)
+    assert len(cmds) == len(arms)
+    for cmd in cmds:
+        assert cmd[:2] == [sys.executable, os.path.join(ROOT, "train.py")], cmd
+    cfgs = {arm: configurator.parse(train.TrainConfig(), cmd[2:]) for arm, cmd in zip(arms, cmds)}
+    want = {"sdpa": "sdpa", "sdpa_seed2": "sdpa", "fp8_stale": "fp8_stale", "fp8": "fp8"}
+    for arm, cfg in cfgs.items():
+        assert cfg.out_dir == os.path.join(ablation.OUT, arm) and cfg.attention == want[arm], (arm, cfg)
+        assert cfg.delta_monitor and cfg.max_iters == 7 and cfg.n_layer == 12 and not cfg.qk_norm, (arm, cfg)
+    assert cfgs["sdpa"].seed == cfgs["fp8_stale"].seed == cfgs["fp8"].seed != cfgs["sdpa_seed2"].seed

@@ -48,3 +48,259 @@ def test_mean_inputs(monkeypatch):
         for i, (x, y) in enumerate(zip(base, shifted)):
             assert x.stride() == y.stride()
             assert torch.equal(y, x if i < 2 else (x.float() + 1.0).bfloat16()), i
+
+
+# ---------------------------------------------------------------------------------------------------
+# The figures bench_attention.py publishes (TFLOP/s, ratios to cuDNN, pre-pass share, peak memory, errors
+# against FP32), computed on CPU: the GPU-only parts are replaced by fakes that say which method ran.
+# triton.testing.do_bench returns a set time per method (by the delta the fp8 kernel was really called
+# with, or the SDPA backend really forced); torch.cuda's memory counters a set peak above a set base; the
+# SDPA backends that CPU lacks run as math (cuDNN, the FP32 reference) or CPU flash (flash). The fp8 kernel
+# runs for real (Triton interpreter on CPU) where the errors are measured, and is skipped inside do_bench.
+import contextlib
+import statistics
+import types
+
+import pytest
+import torch.nn.functional as F
+from torch.autograd import DeviceType
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attention_fp8
+
+SHAPE = (1, 2, 64, 64)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"     # the fp8 kernel: on the GPU, or the interpreter on CPU
+CAUSAL_FLOPS = 4 * 1 * 2 * 64 * 64 * 64 / 2    # forward FLOPs of SHAPE, causal: half the full matrix
+FWD = {"fp8_matched": 0.5, "fp8_stale": 0.5, "cudnn": 0.8, "flash": 1.6, "old_matched": 1.0, "old_stale": 1.0}
+FWDBWD = {"fp8_matched": 4.0, "fp8_stale": 3.0, "cudnn": 2.5, "flash": 5.0, "old_matched": 6.0, "old_stale": 4.5}
+ROUND_FACTORS = [1.0, 1.5, 0.9]     # the k-th timing of a (method, pass) is its time x ROUND_FACTORS[k % 3]: median 1
+BASE_BYTES = 2**30
+PEAK_BYTES = {"fp8_matched": 3 * 2**20, "fp8_stale": 3 * 2**20, "cudnn": 5 * 2**20, "flash": 6 * 2**20}
+SDPA_NAMES = {SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.FLASH_ATTENTION: "flash",
+              SDPBackend.EFFICIENT_ATTENTION: "reference"}
+CPU_BACKEND = {SDPBackend.CUDNN_ATTENTION: SDPBackend.MATH, SDPBackend.FLASH_ATTENTION: SDPBackend.FLASH_ATTENTION,
+               SDPBackend.EFFICIENT_ATTENTION: SDPBackend.MATH}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    real_attention, real_inputs = attention_fp8.attention, B.inputs
+    state = types.SimpleNamespace(calls=[], dry=False, prof=None, events=[], counts={}, scale=1.0)
+
+    def attention(q, k, v, causal=False, delta="matched", **kw):
+        state.calls.append(f"fp8_{delta}")
+        if state.prof is not None:
+            state.prof.extend(KERNEL_EVENTS[delta])
+        if state.dry or state.prof is not None:
+            return q + k + v        # timing only: the kernel's cost is the fake clock's
+        return real_attention(q, k, v, causal=causal, delta=delta, **kw)
+
+    @contextlib.contextmanager
+    def fake_sdpa_kernel(backend):
+        state.calls.append(SDPA_NAMES[backend])
+        with sdpa_kernel(CPU_BACKEND[backend]):
+            yield
+
+    def do_bench(fn, warmup=None, rep=None, grad_to_none=None, **kw):
+        graph = getattr(fn, "__self__", None)
+        kind = "graph" if isinstance(graph, FakeGraph) else "fwd" if not torch.is_grad_enabled() else "fwdbwd"
+        for x in grad_to_none or []:
+            x.grad = None
+        state.calls.clear()
+        dry, state.dry = state.dry, True
+        try:
+            fn()
+        finally:
+            state.dry = dry
+        who = state.calls[-1]
+        n = state.counts[who, kind] = state.counts.get((who, kind), -1) + 1
+        table = {"fwd": FWD, "fwdbwd": FWDBWD, "graph": GRAPH}[kind]
+        return table[who] * ROUND_FACTORS[n % 3] * state.scale
+
+    monkeypatch.setattr(attention_fp8, "attention", attention)
+    monkeypatch.setattr(B, "sdpa_kernel", fake_sdpa_kernel)
+    monkeypatch.setattr(B, "inputs", lambda *a, **k: real_inputs(*a, **{**k, "device": DEVICE}))
+    monkeypatch.setattr(B.triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a, **k: BASE_BYTES)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: BASE_BYTES + PEAK_BYTES[state.calls[-1]])
+    state.real_attention = real_attention
+    return state
+
+
+def tflops(flops, ms):
+    return flops / (ms * 1e-3) / 1e12
+
+
+def test_rel_err_is_relative_to_the_reference():
+    ref = torch.tensor([3.0, 4.0])
+    assert B.rel_err(torch.tensor([6.0, 8.0]), ref) == pytest.approx(1.0)
+    assert B.rel_err(torch.tensor([3.0, 4.0]).bfloat16(), ref) == 0.0
+    assert B.rel_err(torch.tensor([0.0, 0.0]), ref) == pytest.approx(1.0)
+
+
+def test_bench_shape_figures(fake_gpu):
+    """bench_shape's row: TFLOP/s as FlashAttention counts them (causal forward 4BHN^2D/2, forward+backward
+    3.5x that), the pre-pass share 1 - stale/matched of forward+backward time, the stale arm timed on the
+    stale kernel, peak memory above the base in MiB, and each method's error against an FP32 reference
+    with the same dO, per tensor."""
+    row = B.bench_shape(*SHAPE, causal=True)
+    assert set(row) == {"shape", "causal", "fp8_matched", "fp8_stale", "cudnn", "flash", "prepass_share"}
+    for m in ("fp8_matched", "fp8_stale", "cudnn", "flash"):
+        r = row[m]
+        assert r["fwd_ms"] == FWD[m] and r["fwdbwd_ms"] == FWDBWD[m], (m, r)
+        assert r["fwd_tflops"] == pytest.approx(tflops(CAUSAL_FLOPS, FWD[m]), rel=1e-12), m
+        assert r["fwdbwd_tflops"] == pytest.approx(tflops(3.5 * CAUSAL_FLOPS, FWDBWD[m]), rel=1e-12), m
+        assert r["peak_mib"] == PEAK_BYTES[m] / 2**20, m
+    assert row["prepass_share"] == pytest.approx((4.0 - 3.0) / 4.0)
+
+    # errors: recomputed here, each method against an FP32 reference of the same inputs and dO
+    q, k, v, do = B.inputs(*SHAPE)
+    qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        of = F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)
+    of.backward(do.float())
+    ref = {"o": of.detach(), "dq": qf.grad, "dk": kf.grad, "dv": vf.grad}
+    runs = {"fp8_matched": lambda q, k, v: fake_gpu.real_attention(q, k, v, causal=True, delta="matched"),
+            "fp8_stale": lambda q, k, v: fake_gpu.real_attention(q, k, v, causal=True, delta="stale")}
+    for m, backend in (("cudnn", SDPBackend.MATH), ("flash", SDPBackend.FLASH_ATTENTION)):
+        def run(q, k, v, backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        runs[m] = run
+    for m, f in runs.items():
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        o = f(qg, kg, vg)
+        o.backward(do)
+        for n, x in (("o", o.detach()), ("dq", qg.grad), ("dk", kg.grad), ("dv", vg.grad)):
+            want = ((x.float() - ref[n]).norm() / ref[n].norm()).item()
+            assert 0 < want < 0.2 and row[m][f"err_{n}"] == pytest.approx(want, rel=1e-6), (m, n, row[m])
+    # the two deltas differ in the backward only: same O, other gradients
+    assert row["fp8_stale"]["err_o"] == row["fp8_matched"]["err_o"]
+    assert row["fp8_stale"]["err_dk"] != row["fp8_matched"]["err_dk"]
+
+
+def test_print_table_columns(capsys):
+    """The printed table: ratios are fp8 over cuDNN of the same pass, the pre-pass share in percent, the
+    error columns in the header's order."""
+    errs = lambda base: {f"err_{t}": base + i * 0.001 for i, t in enumerate(("o", "dq", "dk"))}
+    row = {"shape": "1x2x64x64", "causal": True, "prepass_share": 0.2,
+           "fp8_matched": {"fwd_tflops": 300, "fwdbwd_tflops": 240, "peak_mib": 10, **errs(0.01)},
+           "fp8_stale": {"fwd_tflops": 300, "fwdbwd_tflops": 250, "peak_mib": 10, **errs(0.02)},
+           "cudnn": {"fwd_tflops": 400, "fwdbwd_tflops": 320, "peak_mib": 20, **errs(0.03)},
+           "flash": {"fwd_tflops": 150, "fwdbwd_tflops": 100, "peak_mib": 30}}
+    B.print_table([row])
+    lines = capsys.readouterr().out.splitlines()
+    main = next(line for line in lines if line.strip().startswith("1x2x64x64"))
+    _, fwd, fwdbwd, peak = main.split("|")
+    assert fwd.split() == ["300", "400", "150", "0.75"], main
+    assert fwdbwd.split() == ["240", "250", "320", "100", "0.75", "20.0%"], main
+    assert peak.split() == ["10", "/", "20"], main
+    header = next(line for line in lines if line.startswith("relative error"))
+    cols = header.split("(Frobenius)")[1].split()
+    assert list(zip(cols[::2], cols[1::2])) == [(m, t) for m in ("matched", "stale", "cudnn") for t in ("O", "dQ", "dK")]
+    err = lines[lines.index(header) + 1].split()
+    assert err[:2] == ["1x2x64x64", "y"] and [float(x) for x in err[2:]] == [
+        0.010, 0.011, 0.012, 0.020, 0.021, 0.022, 0.030, 0.031, 0.032], err
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_compare_figures(fake_gpu, monkeypatch, causal):
+    """--compare: medians of the interleaved rounds, speedups of each label against the first (old over
+    label), the stale rounds on the stale kernel, the pre-pass share over matched time, 3.5x FLOPs."""
+    old = types.SimpleNamespace(attention=lambda q, k, v, causal=False, delta="matched":
+                                (fake_gpu.calls.append(f"old_{delta}"), q + k + v)[1])
+    monkeypatch.setattr(B, "revisions", lambda files: [("old", old), ("current", attention_fp8)])
+    fake_gpu.dry = True     # timing only
+    rows = B.compare([], ["x".join(map(str, SHAPE))], causal, rounds=3)
+    flops = CAUSAL_FLOPS * (1 if causal else 2)
+    assert [r["label"] for r in rows] == ["old", "current", "cudnn"]
+    for r, key in zip(rows, ("old", "fp8", "cudnn")):
+        matched = f"{key}_matched" if key != "cudnn" else "cudnn"
+        assert r["fwd_ms"] == FWD[matched] and r["fwdbwd_ms"] == FWDBWD[matched], r
+        assert r["fwd_tflops"] == pytest.approx(tflops(flops, FWD[matched]), rel=1e-12), r
+        assert r["fwdbwd_tflops"] == pytest.approx(tflops(3.5 * flops, FWDBWD[matched]), rel=1e-12), r
+        assert r["fwd_speedup"] == pytest.approx(FWD["old_matched"] / FWD[matched]), r
+        assert r["fwdbwd_speedup"] == pytest.approx(FWDBWD["old_matched"] / FWDBWD[matched]), r
+        if key == "cudnn":
+            assert r["prepass_share"] != r["prepass_share"], r     # nan: no stale cuDNN
+        else:
+            m, s = FWDBWD[f"{key}_matched"], FWDBWD[f"{key}_stale"]
+            assert r["prepass_share"] == pytest.approx((m - s) / m), r
+    assert rows[1]["fwd_speedup"] == 2.0        # the current forward takes half the old one's time
+
+
+KERNEL_EVENTS = {   # (kernel name, GPU us) per forward+backward call
+    "matched": [("_fwd_kernel", 100.0), ("_bwd_dq_kernel", 70.0), ("_bwd_dkdv_kernel", 80.0), ("_quantize_q", 10.0),
+                ("memset", 5.0)],
+    "stale": [("_fwd_kernel", 100.0), ("_bwd_dq_kernel", 50.0), ("_bwd_dkdv_kernel", 80.0), ("_quantize_q", 10.0),
+              ("memset", 5.0)],
+}
+
+
+def test_compare_kernels_prepass_share(fake_gpu, monkeypatch, capsys):
+    """--kernels: GPU us per call by kernel kind and in all, and the pre-pass's share of the matched GPU time,
+    (matched - stale) / matched, from profiler events."""
+    class Profile:
+        def __init__(self, activities=None):
+            pass
+
+        def __enter__(self):
+            fake_gpu.prof = []
+            return self
+
+        def __exit__(self, *exc):
+            fake_gpu.events, fake_gpu.prof = fake_gpu.prof, None
+
+        def events(self):
+            return [types.SimpleNamespace(device_type=DeviceType.CUDA, name=name,
+                                          time_range=types.SimpleNamespace(elapsed_us=lambda t=t: t))
+                    for name, t in fake_gpu.events]
+    monkeypatch.setattr(B, "torch_profile", Profile)
+    B.compare_kernels([], ["x".join(map(str, SHAPE))], True, rounds=3)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    matched = next(line for line in lines if line.startswith("current:"))
+    stale = next(line for line in lines if line.startswith("current stale:"))
+    assert "fwd    100.0 (1.000x)" in matched and "dq     70.0 (1.000x)" in matched and "all    265.0" in matched
+    assert "dq     50.0 (1.400x)" in stale and "all    245.0 (1.082x)" in stale, stale
+    assert stale.endswith(f"pre-pass {20 / 265:.1%} of GPU time"), stale
+
+
+GRAPH = {"fp8_matched": 2.0, "fp8_stale": 1.5, "cudnn": 1.0, "flash": 1.25}
+
+
+class FakeGraph:
+    """torch.cuda.CUDAGraph: captures which method ran; a replay says that method ran again."""
+    calls = None
+
+    def __init__(self):
+        self.who = None
+
+    def replay(self):
+        FakeGraph.calls.append(self.who)
+
+
+def test_graphed_tflops(fake_gpu, monkeypatch, capsys):
+    """--graphs: forward+backward TFLOP/s (3.5x the causal forward count) of the eager and the replayed time."""
+    FakeGraph.calls = fake_gpu.calls
+    fake_gpu.dry = True         # every call here is for timing
+    fake_gpu.scale = 1e-5       # times small enough for TFLOP/s that print as more than 0 at this shape
+
+    @contextlib.contextmanager
+    def capture(graph):
+        yield
+        graph.who = fake_gpu.calls[-1]
+    stream = lambda *a, **k: types.SimpleNamespace(wait_stream=lambda s: None)
+    monkeypatch.setattr(torch.cuda, "Stream", stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", capture)
+    B.graphed(["x".join(map(str, SHAPE))], True)
+    out = capsys.readouterr().out.splitlines()
+    for m in ("fp8_matched", "fp8_stale", "cudnn", "flash"):
+        line = next(line for line in out if line.split()[:1] == [m]).split()
+        assert line[5] == f"{tflops(3.5 * CAUSAL_FLOPS, FWDBWD[m] * 1e-5):.0f}", line
+        assert line[8] == f"{tflops(3.5 * CAUSAL_FLOPS, GRAPH[m] * 1e-5):.0f}", line
+        assert float(line[5]) > 10 and float(line[8]) > 10, line

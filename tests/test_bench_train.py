@@ -1,0 +1,59 @@
+"""bench_train.py's figures on CPU: tokens/s and MFU from a clock that a step of the model advances by a set
+time (so the formulas are checked exactly, with no real timing), and the printed table's ratios."""
+import types
+
+import pytest
+import torch
+
+import bench_train
+import model as model_module
+from model import GPT, GPTConfig
+
+STEP_S = 0.5    # seconds one training step takes on the fake clock
+
+
+@pytest.fixture
+def clocked(monkeypatch):
+    """bench_train's clock reads a counter that every forward pass of the GPT advances by STEP_S."""
+    clock = types.SimpleNamespace(now=1000.0, forwards=0)
+
+    class ClockedGPT(GPT):
+        def forward(self, *args, **kw):
+            clock.now += STEP_S
+            clock.forwards += 1
+            return super().forward(*args, **kw)
+    monkeypatch.setattr(bench_train, "GPT", ClockedGPT)
+    monkeypatch.setattr(bench_train, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    monkeypatch.setattr(model_module, "peak_flops", lambda name: 1e12)   # an MFU on CPU too
+    return clock
+
+
+def test_bench_tokens_per_second_and_mfu(clocked):
+    """tokens/s = the tokens a step really trains (batch x block_size, batch = tokens_per_step // block_size,
+    at least 1) over the mean time of the timed steps only; MFU from that batch of sequences per step.
+    100 tokens asked for at block size 32: 3 sequences, 96 tokens per step."""
+    block_size, tokens_per_step, batch = 32, 100, 3
+    cfg = bench_train.BenchConfig(n_layer=1, n_head=2, n_embd=128, vocab_size=256, tokens_per_step=tokens_per_step,
+                                  warmup=1, steps=2, compile=False, device="cpu")
+    tok_s, mfu, mem = bench_train.bench(cfg, "sdpa", block_size, torch.device("cpu"))
+    assert clocked.forwards == cfg.warmup + cfg.steps
+    assert tok_s == pytest.approx(batch * block_size / STEP_S, rel=1e-12)
+    ref = GPT(GPTConfig(block_size=block_size, vocab_size=256, n_layer=1, n_head=2, n_kv_head=2, n_embd=128))
+    flops_per_step = (6 * ref.get_num_params() + 12 * 1 * 2 * 64 * block_size) * block_size * batch
+    assert mfu == pytest.approx(flops_per_step / STEP_S / 1e12, rel=1e-12)
+    assert mem != mem   # nan: no peak memory off CUDA
+
+
+def test_main_table_ratios(monkeypatch, capsys):
+    """The table: per block size, each path's tokens/s over the first path's at that block size; MFU in
+    percent; n/a where the peak is unknown."""
+    figures = {(1024, "sdpa"): (500_000.0, 0.40, 42.9), (1024, "fp8"): (400_000.0, 0.32, 40.0),
+               (4096, "sdpa"): (250_000.0, 0.30, 43.0), (4096, "fp8"): (200_000.0, None, 41.0)}
+    monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, block_size, device: figures[block_size, attention])
+    bench_train.main(["--device=cpu", "--attentions=sdpa,fp8", "--block_sizes=1024,4096"])
+    table = capsys.readouterr().out.split("|---|---|---|---|---|---|\n")[1].splitlines()
+    assert [[c.strip() for c in row.split("|")[1:-1]] for row in table] == [
+        ["1024", "sdpa", "500,000", "1.00x", "40.0%", "42.9"],
+        ["1024", "fp8", "400,000", "0.80x", "32.0%", "40.0"],
+        ["4096", "sdpa", "250,000", "1.00x", "30.0%", "43.0"],
+        ["4096", "fp8", "200,000", "0.80x", "n/a", "41.0"]]
