@@ -12,6 +12,7 @@ per-step train loss and gradient norm, val loss, and at each evaluation the delt
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -68,10 +69,10 @@ def table(runs):
     for arm, (train, evals) in runs.items():
         last_iter = train[-1]["iter"]
         tail = [r["loss"] for r in train if r["iter"] >= 0.9 * last_iter]
-        toks = sorted(r["tok_per_s"] for r in train if "tok_per_s" in r and r["iter"] >= last_iter / 2)
+        toks = [r["tok_per_s"] for r in train if "tok_per_s" in r and r["iter"] >= last_iter / 2]
         val = (f"{evals[-1]['val_loss']:.4f} | {min(r['val_loss'] for r in evals):.4f}" if evals
                else "- | -")  # a run stopped before its first evaluation
-        tok = f"{toks[len(toks) // 2]:,.0f}" if toks else "-"
+        tok = f"{statistics.median(toks):,.0f}" if toks else "-"   # of an even count, the mean of the middle two
         rows.append(f"| {arm} | {sum(tail) / len(tail):.4f} | {val} | {tok} |")
     return "\n".join(rows)
 

@@ -37,6 +37,12 @@ class BenchConfig:
     device: str = "auto"
 
 
+def peak_gib(device):
+    """Peak memory allocated on device since its last reset (bench() resets it after the warm-up steps), in
+    GiB; nan off CUDA, which keeps no such count."""
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+
+
 def bench(cfg, attention, block_size, device):
     backend = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}.get(attention)
     path = "sdpa" if backend else resolve_attention(attention, device, cfg.n_embd // cfg.n_head)[0]
@@ -76,7 +82,7 @@ def bench(cfg, attention, block_size, device):
         dt = (time.perf_counter() - t0) / cfg.steps
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     mfu = model.estimate_mfu(batch, dt, name)
-    mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    mem = peak_gib(device)
     del model, optimizer, step_model
     torch._dynamo.reset()
     if device.type == "cuda":

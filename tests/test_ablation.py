@@ -131,3 +131,10 @@ def test_run_commands(monkeypatch):
         assert cfg.out_dir == os.path.join(ablation.OUT, arm) and cfg.attention == want[arm], (arm, cfg)
         assert cfg.delta_monitor and cfg.max_iters == 7 and cfg.n_layer == 12 and not cfg.qk_norm, (arm, cfg)
     assert cfgs["sdpa"].seed == cfgs["fp8_stale"].seed == cfgs["fp8"].seed != cfgs["sdpa_seed2"].seed
+
+
+def test_table_median_of_an_even_count(tmp_path, monkeypatch):
+    """tok/s: of an even number of figures, the median is the mean of the middle two (not the upper one)."""
+    monkeypatch.setattr(ablation, "OUT", str(tmp_path))
+    _write(tmp_path, "sdpa", [{"iter": i, "loss": 1.0, "tok_per_s": t} for i, t in enumerate((9e9, 9e9, 9e9, 400, 200, 100, 300))])
+    assert ablation.table({"sdpa": ablation.load("sdpa")}).splitlines()[2].endswith("| 250 |")

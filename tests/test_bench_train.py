@@ -57,3 +57,10 @@ def test_main_table_ratios(monkeypatch, capsys):
         ["1024", "fp8", "400,000", "0.80x", "32.0%", "40.0"],
         ["4096", "sdpa", "250,000", "1.00x", "30.0%", "43.0"],
         ["4096", "fp8", "200,000", "0.80x", "n/a", "41.0"]]
+
+
+def test_peak_gib(monkeypatch):
+    """The table's peak memory column is in GiB (2**30 bytes), of the CUDA device; nan on CPU."""
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30 + 2**29)
+    assert bench_train.peak_gib(torch.device("cuda")) == 3.5
+    assert bench_train.peak_gib(torch.device("cpu")) != bench_train.peak_gib(torch.device("cpu"))
