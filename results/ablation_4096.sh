@@ -24,4 +24,4 @@ for arm in fp8 fp8_stale sdpa; do
     grep -E "^model|val loss" "$out/abl/$arm.log" | tail -5
     grep "tok/s" "$out/abl/$arm.log" | tail -1
 done
-python ablation.py plot 2>&1 | grep "^|"
+"$|"
