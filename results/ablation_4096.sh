@@ -24,4 +24,5 @@ for arm in fp8 fp8_stale sdpa; do
     grep -E "^model|val loss" "$out/abl/$arm.log" | tail -5
     grep "tok/s" "$out/abl/$arm.log" | tail -1
 done
-"$|"
+# the table and plot, where matplotlib is: the arms' metrics.jsonl into out-ablation/<arm>/, then
+# python ablation.py plot
