@@ -1,0 +1,267 @@
+"""The host-side Python of attention_fp8.py (what is not a @triton.jit kernel): input checks and their
+bounds, the backward's halves, memory layouts handed to the kernels, the custom op's fake implementations
+and saved tensors, the double-backward guard on the op, the debug sums and delta_stats' figures.
+
+Each test here was written against a bug planted in that code which test_attention.py and
+tests/test_monitor.py let through, and fails with it (tests/mutate_kernel.py covers the kernels). They
+run the real kernels, under the Triton interpreter on CPU, at one or two tiles per head.
+
+    python -m pytest -q tests/test_host_code.py
+"""
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+import attention_fp8 as A  # noqa: E402
+from test_attention import DEVICE, ON_GPU, dequantize, make_inputs, run_kernel  # noqa: E402
+
+D = 64
+SCALE = 1.0 / math.sqrt(D)
+bthd = lambda x: x.transpose(1, 2).contiguous().transpose(1, 2)     # noqa: E731  (B, T, H, D) memory, as the GPT's
+d_slowest = lambda x: x.transpose(-1, -2).contiguous().transpose(-1, -2)     # noqa: E731  D not the unit stride
+
+
+def meta(*shape):
+    """A tensor with shape and strides but no memory: _check_inputs' bounds at sizes no test could allocate.
+    Meta tensors pass every check but the last, which refuses their device: reaching that error means the
+    shape was accepted."""
+    return torch.empty(shape, device="meta", dtype=torch.bfloat16)
+
+
+def test_check_inputs_bounds_are_exact():
+    """The two size limits refuse what is over them and nothing under: 65,535 (batch, head) pairs are one
+    launch grid's axis, and a problem whose FP8 copy of Q is one block of 128 rows short of 2^31 elements
+    (2^14 - 1 batches of 2 x 1024 x 64, N already a multiple of the 128-row padding) fits the 32-bit
+    offsets. An over-padding _padded (1152 rows for 1024) or a _span that counts a whole extra stride per
+    dimension refuses the second."""
+    accepted = "unsupported device meta"
+    with pytest.raises(ValueError, match=accepted):
+        A._check_inputs(meta(65535, 1, 16, 64), meta(65535, 1, 16, 64), meta(65535, 1, 16, 64), "matched")
+    x = meta(2**14 - 1, 2, 1024, 64)
+    assert A._padded(1024) == 1024 and A._padded(1025) == 1152 and A._padded(1) == 128
+    assert A._span(x) == x.numel() == 2**31 - 2**17
+    assert A._span(x[:, :, 10:20]) == (2**14 - 2) * 2 * 1024 * 64 + 1024 * 64 + 10 * 64
+    with pytest.raises(ValueError, match=accepted):
+        A._check_inputs(x, x, x, "matched")
+    with pytest.raises(ValueError, match="32-bit offsets"):     # one more batch: 2^31 exactly
+        A._check_inputs(meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), "matched")
+
+
+def test_check_inputs_refuses_what_the_kernels_cannot_take():
+    """Each check on its own: a mismatch in any one of the fields, with everything else right, must be
+    refused before a kernel reads memory by the wrong shape, dtype or device."""
+    q = torch.randn(2, 2, 16, 64, dtype=torch.bfloat16, device=DEVICE)
+
+    def refused(exc, match, q, k, v):
+        with pytest.raises(exc, match=match):
+            A.attention(q, k, v)
+
+    refused(ValueError, "batch, seq_len and head_dim", q, q[:1], q[:1])           # batch alone differs
+    refused(TypeError, "share one dtype", q, q, q.half())                         # v's dtype alone differs
+    refused(ValueError, "multiple of", q, q[:, :0], q[:, :0])                     # no kv heads: not H % 0
+    refused(ValueError, "empty input", q[:0], q[:0], q[:0])                       # no batch
+    refused(ValueError, "one device", q, q.to("meta"), q.to("meta"))               # k, v elsewhere than q
+
+
+def test_fp8_supported_on_cpu_only_under_the_interpreter(monkeypatch):
+    """CPU tensors run only where the kernels were built for the interpreter: a model that asks
+    fp8_supported("cpu") to pick its attention must hear no when they were built for a GPU."""
+    monkeypatch.setattr(A, "INTERPRETED", False)
+    assert not A.fp8_supported("cpu")
+    monkeypatch.setattr(A, "INTERPRETED", True)
+    assert A.fp8_supported("cpu")
+    assert not A.fp8_supported("meta")
+
+
+@pytest.mark.parametrize("B,H_kv", [(1, 1), (2, 1), (3, 1), (1, 2), (2, 3), (1, 5), (4, 16)])
+def test_halves_cover_every_head_once(B, H_kv):
+    """pieces=2 splits the kv heads (the batch, with one kv head) into two slices that together cover every
+    (batch, kv head) exactly once, odd counts included; only a single (batch, kv head) stays one pass."""
+    q, k = meta(B, 2 * H_kv, 8, 64), meta(B, H_kv, 8, 64)
+    halves = A._halves(q, k, 2)
+    if B * H_kv == 1:
+        assert halves == []
+        return
+    assert len(halves) == 2
+    seen = torch.zeros(B, H_kv, dtype=torch.int64)
+    for bs, hs in halves:
+        seen[bs, hs] += 1
+    assert (seen == 1).all(), f"(batch, kv head) pairs covered {seen.tolist()} times by {halves}"
+
+
+def test_halves_split_the_batch_of_one_kv_head_when_big():
+    """With one kv head, a problem over SPLIT_BYTES is split by batch (4 x (16 + 1) heads, 140 MiB of copies)."""
+    halves = A._halves(meta(4, 16, 4096, 128), meta(4, 1, 4096, 128), None)
+    assert halves == [(slice(0, 2), slice(None)), (slice(2, 4), slice(None))], halves
+
+
+@pytest.mark.parametrize("B,H,H_kv", [(1, 3, 3), (3, 2, 1)], ids=["odd-kv-heads", "odd-batch"])
+def test_backward_in_odd_halves_is_bit_identical(B, H, H_kv):
+    """Halves of an odd count: 3 kv heads split 1 + 2, a batch of 3 split 1 + 2. Every head must come out
+    exactly as in one pass (a half that skipped the middle head would leave its gradients unwritten)."""
+    q, k, v, do = make_inputs(B, H, H_kv, 40, D, seed=81)
+    o, lse = A._forward(q, k, v, True, SCALE)
+    for arm, o_saved in (("matched", None), ("stale", o)):
+        whole = A._backward(do, q, k, v, o_saved, lse, True, SCALE, arm, pieces=1)
+        halves = A._backward(do, q, k, v, o_saved, lse, True, SCALE, arm, pieces=2)
+        for name, x, y in zip(("dq", "dk", "dv"), whole, halves):
+            assert torch.equal(x, y), f"{arm}: {name} from two halves differs from one pass"
+
+
+def test_debug_sums_cover_every_head_even_where_the_backward_would_split(monkeypatch):
+    """debug=True runs one pass whatever SPLIT_BYTES says: its sums are per launch, and delta_stats reads
+    them for every head. With SPLIT_BYTES = 0 (halves always) they must still be those of one pass."""
+    B, H, N = 2, 2, 40
+    q, k, v, do = make_inputs(B, H, H, N, D, seed=83)
+    o, lse = A._forward(q, k, v, True, SCALE)
+    whole = A._backward(do, q, k, v, o, lse, True, SCALE, "matched", debug=True)[3]
+    monkeypatch.setattr(A, "SPLIT_BYTES", 0)
+    split = A._backward(do, q, k, v, o, lse, True, SCALE, "matched", debug=True)[3]
+    for name, x in whole.items():
+        assert split[name].shape == x.shape == (B, H, N) and torch.equal(split[name], x), name
+
+
+@pytest.mark.parametrize("arm", ["matched", "stale"])
+def test_gradients_whatever_the_layouts(arm):
+    """Every tensor the kernels read or write goes to them with its own strides: the gradients must be
+    those of contiguous inputs, and dQ, dK, dV laid out as q, k, v, with (a) k as the GPT lays it out and
+    v contiguous, (b) q with D as its slowest dimension, (c) q laid out as the GPT's, so O is too, while dO
+    comes contiguous (the stale arm reads O by its own strides, not dO's). The layouts are checked on
+    _backward's own outputs: autograd copies a leaf's .grad into the leaf's layout, which would hide them."""
+    q, k, v, do = make_inputs(1, 2, 2, 40, D, seed=85)
+    want = run_kernel(q, k, v, do, True, delta=arm)
+    for case, (qq, kk, vv) in {"k (B,T,H,D), v contiguous": (q, bthd(k), v),
+                                "q with D slowest": (d_slowest(q), k, v),
+                                "q (B,T,H,D), dO contiguous": (bthd(q), k, v)}.items():
+        o, lse = A._forward(qq, kk, vv, True, SCALE)
+        grads = A._backward(do, qq, kk, vv, o if arm == "stale" else None, lse, True, SCALE, arm)
+        assert torch.equal(o, want["o"]), f"{case}: o differs"
+        for name, x, like in zip(("dq", "dk", "dv"), grads, (qq, kk, vv)):
+            assert torch.equal(x, want[name]), f"{case}: {name} differs from that of contiguous inputs"
+            if like.stride(-1) == 1:
+                assert x.stride() == like.stride(), f"{case}: {name} strides {x.stride()}, its input's {like.stride()}"
+        qq, kk, vv = [x.detach().clone().requires_grad_() for x in (qq, kk, vv)]
+        A.attention(qq, kk, vv, causal=True, delta=arm).backward(do)     # and through autograd
+        for name, x in (("dq", qq.grad), ("dk", kk.grad), ("dv", vv.grad)):
+            assert torch.equal(x, want[name]), f"{case}: {name} through autograd differs from that of contiguous inputs"
+
+
+def test_debug_sums_are_their_definitions():
+    """The debug dict's per-row sums, each against its definition on the dequantized FP8 operands, at
+    B = 2 and H = 2 so that a mix-up of batch and head in their reshapes shows:
+      delta = sum_j P_ij dP_ij (matched), pdp_abs_rowsum = sum_j |P_ij dP_ij|, p_rowsum = sum_j P_ij,
+      ds_rowsum = sum_j P_ij (dP_ij - delta_i)."""
+    B, H, N = 2, 2, 64
+    q, k, v, do = make_inputs(B, H, H, N, D, seed=87)
+    o, lse = A._forward(q, k, v, True, SCALE)
+    info = A._backward(do, q, k, v, o, lse, True, SCALE, "matched", debug=True)[3]
+    s = (dequantize(q, "q") @ dequantize(k, "k").transpose(-1, -2)) * SCALE
+    p = torch.softmax(s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=DEVICE).triu(1), float("-inf")), -1)
+    pdp = p * (dequantize(do, "do") @ dequantize(v, "v").transpose(-1, -2))
+    delta = pdp.sum(-1)
+    want = {"delta": delta, "pdp_abs_rowsum": pdp.abs().sum(-1), "p_rowsum": p.sum(-1),
+            "ds_rowsum": (pdp - p * delta[..., None]).sum(-1)}
+    # As test_matched_delta_equals_definition: FP8 products in exact fp32 on the interpreter, fewer
+    # accumulator bits on Hopper's tensor cores. ds_rowsum is zero up to rounding: bounded by |P dP|.
+    rel = 3e-4 if ON_GPU else 1e-5
+    for name, ref in want.items():
+        x = info[name]
+        assert x.shape == (B, H, N), f"{name}: shape {tuple(x.shape)}"
+        bound = rel * (want["pdp_abs_rowsum"] if name == "ds_rowsum" else ref.abs()).max().item()
+        err = (x.double() - ref).abs().max().item()
+        assert err < bound, f"{name} off its definition by {err:.3e} (bound {bound:.3e})"
+
+
+@pytest.mark.parametrize("causal,sm_scale", [(False, None), (True, 0.05)], ids=["full", "scale-0.05"])
+def test_delta_stats_are_their_definitions(causal, sm_scale):
+    """delta_stats' figures, each from its docstring's definition, for the causal flag and softmax scale it
+    was given: key_grad_sum over the dK of attention()'s own backward (worst (batch, kv head)), ds_rowsum
+    the largest |sum_j dS_ij| / sum_j |P_ij dP_ij|, delta_mismatch over the backward's two deltas."""
+    B, H, H_kv, N = 2, 2, 1, 64
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=89, key_offset=1.0)
+    got = A.delta_stats(q, k, v, do, causal=causal, sm_scale=sm_scale)
+    scale = SCALE if sm_scale is None else sm_scale
+    o, lse = A._forward(q, k, v, causal, scale)
+    want, deltas = {}, {}
+    for arm in ("matched", "stale"):
+        dk = run_kernel(q, k, v, do, causal, delta=arm, sm_scale=sm_scale)["dk"].double()
+        want[f"key_grad_sum_{arm}"] = (dk.sum(2).norm(dim=-1) / dk.norm(dim=-1).sum(2)).max().item()
+        info = A._backward(do, q, k, v, o, lse, causal, scale, arm, debug=True)[3]
+        want[f"ds_rowsum_{arm}"] = (info["ds_rowsum"].double().abs() / info["pdp_abs_rowsum"].double()).max().item()
+        deltas[arm] = info["delta"].double()
+    want["delta_mismatch"] = ((deltas["stale"] - deltas["matched"]).norm() / deltas["matched"].norm()).item()
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name] == pytest.approx(want[name], rel=1e-5), (name, got[name], want[name])
+    # the figures are not degenerate: the stale arm breaks (*) where the matched one holds it
+    assert got["ds_rowsum_matched"] < 1e-6 < 1e-3 < got["ds_rowsum_stale"], got
+
+
+def test_custom_ops_fake_implementations_match_the_real_ones():
+    """torch.compile plans buffers from the register_fake functions: their outputs must have the real
+    ones' shapes, dtypes and strides (LSE fp32, dV laid out as v where k is laid out otherwise, either way).
+    torch.library.opcheck compares them and checks the ops' schemas and autograd registration."""
+    q, k, v, do = make_inputs(1, 2, 2, 16, D, seed=91)
+    v = bthd(v)         # (B, T, H, D) memory; k contiguous
+    o, lse = A._fwd_op(q, k, v, True, SCALE, "matched")
+    assert lse.dtype == torch.float32
+    for args in ((q, k, v, True, SCALE, "matched"), (q, bthd(k), v, False, SCALE, "stale")):
+        torch.library.opcheck(A._fwd_op, args, test_utils=("test_schema", "test_faketensor",
+                                                            "test_autograd_registration"))
+    for kk, vv, o_saved, arm in ((k, v, None, "matched"), (k, v, o, "stale"), (bthd(k), v.contiguous(), None, "matched")):
+        torch.library.opcheck(A._bwd_op, (do, q, kk, vv, o_saved, lse, True, SCALE, arm),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
+class _Ctx:
+    """What _setup_context is handed by torch.library: an object to set attributes on and save tensors to."""
+
+    def save_for_backward(self, *tensors):
+        self.saved = tensors
+
+
+def test_custom_op_keeps_the_output_only_for_the_stale_delta():
+    """As the eager path (test_matched_backward_does_not_keep_the_output): the compiled op saves O for the
+    backward only where the stale delta reads it, and the matched arm leaves it to the caller."""
+    q, k, v, _ = make_inputs(1, 1, 1, 16, D, seed=93)
+    o, lse = A._fwd_op(q, k, v, True, SCALE, "matched")
+    for arm, kept in (("matched", False), ("stale", True)):
+        ctx = _Ctx()
+        A._setup_context(ctx, (q, k, v, True, SCALE, arm), (o, lse))
+        assert (ctx.causal, ctx.sm_scale, ctx.delta) == (True, SCALE, arm)
+        assert (ctx.saved[3] is o) == kept and ctx.saved[3] is (o if kept else None), f"{arm}: O kept = {not kept}"
+        assert ctx.saved[0] is q and ctx.saved[1] is k and ctx.saved[2] is v and ctx.saved[4] is lse
+
+
+@pytest.mark.parametrize("arm", ["matched", "stale"])
+def test_compiled_call_takes_the_delta_asked_for(arm, monkeypatch):
+    """Under torch.compile attention() goes through the custom op, whose backward must run the delta it was
+    called with: the compiled gradients equal the eager ones of that arm, bit for bit (and the two arms
+    differ here, so a compiled call that ran the other arm fails)."""
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", A.COMPILED_MIN_SCORES)     # the compiled path's kernels
+    monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", A.COMPILED_MIN_SCORES)
+    q, k, v, do = make_inputs(1, 2, 2, 64, D, seed=95, key_offset=1.0)
+    torch._dynamo.reset()
+    f = torch.compile(lambda q, k, v: A.attention(q, k, v, causal=True, delta=arm), fullgraph=True,
+                      backend="inductor" if ON_GPU else "aot_eager")
+    qc, kc, vc = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    f(qc, kc, vc).backward(do)
+    eager = {a: run_kernel(q, k, v, do, True, delta=a) for a in ("matched", "stale")}
+    assert not torch.equal(eager["matched"]["dq"], eager["stale"]["dq"])
+    for name, x in (("dq", qc.grad), ("dk", kc.grad), ("dv", vc.grad)):
+        assert torch.equal(x, eager[arm][name]), f"compiled {name} differs from eager delta={arm!r}"
+
+
+def test_custom_op_refuses_double_backward():
+    """The custom op is callable outside torch.compile too (torch.ops.fp8_attention.fwd), where AOTAutograd's
+    own refusal does not apply: its backward must refuse create_graph=True as _Attention's does, not hand
+    back FP8 gradients that autograd takes for constants."""
+    q, k, v, do = make_inputs(1, 1, 1, 16, D, seed=97)
+    qg = q.detach().clone().requires_grad_()
+    o, _ = torch.ops.fp8_attention.fwd(qg, k, v, True, SCALE, "matched")
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(o, qg, do, create_graph=True)
+    (dq,) = torch.autograd.grad(o, qg, do)      # a plain backward goes through
+    assert torch.isfinite(dq).all()
