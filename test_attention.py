@@ -712,11 +712,13 @@ def test_gpu_cuda_graph_capture(split_bytes, monkeypatch):
         assert torch.equal(x.detach(), eager[name]), f"{name} from the replayed graph differs from eager mode"
 
 
-@pytest.mark.parametrize("B,H,H_kv,causal", [(2, 4, 2, True), (2, 2, 1, False)], ids=["kv-head-halves", "batch-halves"])
+@pytest.mark.parametrize("B,H,H_kv,causal", [(2, 4, 2, True), (2, 2, 1, False), (1, 3, 3, True), (3, 2, 1, True)],
+                         ids=["kv-head-halves", "batch-halves", "odd-kv-heads", "odd-batch"])
 def test_backward_in_halves_is_bit_identical(B, H, H_kv, causal):
     """The backward runs on two halves of the kv heads (or of the batch, with one kv head) to keep
     its FP8 copies small. Heads are independent, so the halves must give exactly what one pass gives:
-    a wrong head offset, query-head group or LSE stride would not."""
+    a wrong head offset, query-head group or LSE stride would not, nor a half of an odd count (3 kv
+    heads split 1 + 2, a batch of 3 likewise) that skipped the middle head and left it unwritten."""
     N, D = 100, 64
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=31)
     sm_scale = 1.0 / math.sqrt(D)
