@@ -420,16 +420,19 @@ def test_non_contiguous_inputs():
         assert torch.equal(contiguous[name], strided[name]), f"{name} depends on the input strides"
 
 
-def test_torch_compile_fullgraph(monkeypatch):
+@pytest.mark.parametrize("delta", ["matched", "stale"])
+def test_torch_compile_fullgraph(delta, monkeypatch):
     B, H, N, D = 1, 2, 64, 64
     # Compiled calls take the Gluon kernels on Hopper from COMPILED_MIN_SCORES, eager ones from a larger
     # size: the eager reference below takes the compiled path's kernels, so that they must agree bit for bit.
     monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", A.COMPILED_MIN_SCORES)
     monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", A.COMPILED_MIN_SCORES)
-    q, k, v, do = make_inputs(B, H, H, N, D, seed=17)
+    # keys with a common offset, so that the two arms' gradients differ: a compiled call that ran the
+    # other delta than the one asked for fails below
+    q, k, v, do = make_inputs(B, H, H, N, D, seed=17, key_offset=1.0)
 
     def f(q, k, v):
-        return attention(q, k, v, causal=True) * 2.0
+        return attention(q, k, v, causal=True, delta=delta) * 2.0
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager" if not ON_GPU else "inductor")
     qc, kc, vc = [x.detach().clone().requires_grad_() for x in (q, k, v)]
@@ -441,10 +444,12 @@ def test_torch_compile_fullgraph(monkeypatch):
     # every compiled training run used to print
     ours = [str(w.message) for w in caught if "attention_fp8" in str(w.message) or "attention_fp8" in w.filename]
     assert not ours, f"torch.compile warned about attention_fp8: {ours}"
-    eager = run_kernel(q, k, v, do * 2.0, True)
+    eager = run_kernel(q, k, v, do * 2.0, True, delta=delta)
+    other = run_kernel(q, k, v, do * 2.0, True, delta="stale" if delta == "matched" else "matched")
+    assert not torch.equal(eager["dq"], other["dq"])
     assert torch.equal(o.detach(), eager["o"] * 2.0)
     for name, x in (("dq", qc.grad), ("dk", kc.grad), ("dv", vc.grad)):
-        assert torch.equal(x, eager[name]), f"compiled {name} differs from eager"
+        assert torch.equal(x, eager[name]), f"compiled {name} differs from eager delta={delta!r}"
 
 
 def test_bad_inputs_raise_clear_errors(monkeypatch):
