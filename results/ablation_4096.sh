@@ -19,7 +19,9 @@ mkdir -p "$out/abl"
 rm -rf out-ablation && ln -s "$out/abl" out-ablation
 A="--n_layer=6 --n_head=6 --n_embd=768 --block_size=4096 --batch_size=4 --max_iters=150 --warmup_iters=15
    --learning_rate=1e-3 --min_lr=1e-4 --eval_interval=50 --eval_tokens=262144 --save_checkpoint=False"
-for arm in fp8 fp8_stale sdpa; do
+# ARMS="sdpa_seed2 fp8_stale_seed2 fp8_seed2" for the second seed (run with these arguments on 2026-12-05
+# at 3f521d9, from a copy of this loop since folded in here; metrics in results/ablation_more/seed2/)
+for arm in ${ARMS:-fp8 fp8_stale sdpa}; do
     timeout 140 python ablation.py run --arms=$arm $A > "$out/abl/$arm.log" 2>&1
     echo "$arm exit $?"
     grep -E "^model|val loss" "$out/abl/$arm.log" | tail -5

@@ -1,7 +1,5 @@
 #!/bin/bash
-# Two more short ablations on top of results/ablation_4096.sh, each sized to one device call:
-#   bash results/ablation_more.sh seed2    # context 4096 again, seed 2024 for all three arms (the noise
-#                                          # the seed-1337 runs of results/ablation_4096/ could not show)
+# Two more short ablations beside results/ablation_4096.sh, each sized to one device call:
 #   bash results/ablation_more.sh qknorm   # block 1024 with --qk_norm=True: sdpa, fp8_stale, fp8 (seed
 #                                          # 1337), 300 steps as in the README's block-1024 ablation
 #   bash results/ablation_more.sh long     # block 1024, no QK-norm, 1000 steps (65.5M tokens per arm,
@@ -12,19 +10,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-case "$mode" in seed2|qknorm|long) ;; *) echo "usage: $0 seed2|qknorm|long" >&2; exit 2 ;; esac
+case "$mode" in qknorm|long) ;; *) echo "usage: $0 qknorm|long" >&2; exit 2 ;; esac
 export TIKTOKEN_CACHE_DIR=$PWD/.carry/tiktoken_cache
 out=${OUT:-/tmp/ablation_more}/$mode
 nvidia-smi --query-gpu=name --format=csv,noheader
 git rev-parse --short HEAD
 mkdir -p "$out"
 rm -rf out-ablation && ln -s "$out" out-ablation
-if [ "$mode" = seed2 ]; then
-    timeout 60 python data/builtin/prepare.py --max_mb=64 2>&1 | tail -2
-    A="--n_layer=6 --n_head=6 --n_embd=768 --block_size=4096 --batch_size=4 --max_iters=150 --warmup_iters=15
-       --learning_rate=1e-3 --min_lr=1e-4 --eval_interval=50 --eval_tokens=262144 --save_checkpoint=False"
-    arms="sdpa_seed2 fp8_stale_seed2 fp8_seed2"; limit=140
-elif [ "$mode" = long ]; then
+if [ "$mode" = long ]; then
     timeout 90 python data/builtin/prepare.py --max_mb=192 2>&1 | tail -2
     A="--n_layer=6 --n_head=6 --n_embd=768 --max_iters=1000 --warmup_iters=100 --learning_rate=1e-3 --min_lr=1e-4
        --eval_interval=200 --eval_tokens=262144 --save_checkpoint=False"
