@@ -4,13 +4,17 @@
 #                                          # 1337), 300 steps as in the README's block-1024 ablation
 #   bash results/ablation_more.sh long     # block 1024, no QK-norm, 1000 steps (65.5M tokens per arm,
 #                                          # 3.3x the README's block-1024 ablation): sdpa, fp8_stale, fp8
+#   bash results/ablation_more.sh medium   # a 354M model (24 layers, n_embd 1024, head dim 128), block
+#                                          # 1024, no QK-norm, STEPS (300) steps of 65,536 tokens; two arms
+#                                          # per device call: ARMS="sdpa fp8", then "sdpa_seed2 fp8_stale",
+#                                          # then "fp8_seed2 fp8_stale_seed2"
 # On the device machine (no network there), with carry ".carry/tiktoken_cache" made by
 #   mkdir -p .carry/tiktoken_cache && cp ../shared/tiktoken_cache/* .carry/tiktoken_cache/
 # Metrics go to $OUT/<mode> (out-ablation links there, so a run cut short still brings back what it wrote).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-case "$mode" in qknorm|long) ;; *) echo "usage: $0 qknorm|long" >&2; exit 2 ;; esac
+case "$mode" in qknorm|long|medium) ;; *) echo "usage: $0 qknorm|long|medium" >&2; exit 2 ;; esac
 export TIKTOKEN_CACHE_DIR=$PWD/.carry/tiktoken_cache
 out=${OUT:-/tmp/ablation_more}/$mode
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -22,6 +26,14 @@ if [ "$mode" = long ]; then
     A="--n_layer=6 --n_head=6 --n_embd=768 --max_iters=1000 --warmup_iters=100 --learning_rate=1e-3 --min_lr=1e-4
        --eval_interval=200 --eval_tokens=262144 --save_checkpoint=False"
     arms=${ARMS:-"sdpa fp8_stale fp8"}; limit=170   # ARMS="sdpa_seed2 fp8_stale_seed2 fp8_seed2" for seed 2024
+elif [ "$mode" = medium ]; then
+    # 8 x 8 micro-batches instead of 16 x 4: the same tokens per step, within an H100's 80 GB
+    timeout 60 python data/builtin/prepare.py --max_mb=64 2>&1 | tail -2
+    steps=${STEPS:-300}
+    A="--n_layer=24 --n_head=8 --n_embd=1024 --batch_size=8 --gradient_accumulation_steps=8
+       --max_iters=$steps --warmup_iters=$((steps / 10)) --learning_rate=3e-4 --min_lr=3e-5
+       --eval_interval=100 --eval_tokens=262144 --save_checkpoint=False"
+    arms=${ARMS:-"sdpa fp8"}; limit=260
 else
     timeout 60 python data/builtin/prepare.py --max_mb=128 2>&1 | tail -2
     A="--n_layer=6 --n_head=6 --n_embd=768 --max_iters=300 --warmup_iters=30 --learning_rate=1e-3 --min_lr=1e-4
