@@ -1,5 +1,5 @@
 #!/bin/bash
-# Two more short ablations beside results/ablation_4096.sh, each sized to one device call:
+# More short ablations beside results/ablation_4096.sh, each sized to one device call:
 #   bash results/ablation_more.sh qknorm   # block 1024 with --qk_norm=True: sdpa, fp8_stale, fp8 (seed
 #                                          # 1337), 300 steps as in the README's block-1024 ablation
 #   bash results/ablation_more.sh long     # block 1024, no QK-norm, 1000 steps (65.5M tokens per arm,
@@ -40,9 +40,10 @@ else
        --eval_interval=75 --eval_tokens=262144 --save_checkpoint=False --qk_norm=True"
     arms="sdpa fp8_stale fp8"; limit=160
 fi
+date +%T
 for arm in $arms; do
     timeout $limit python ablation.py run --arms=$arm $A > "$out/$arm.log" 2>&1
-    echo "$arm exit $?"
+    echo "$arm exit $? at $(date +%T)"
     grep -E "^model|val loss|delta monitor" "$out/$arm.log" | tail -3
     grep "tok/s" "$out/$arm.log" | tail -1
 done
