@@ -110,17 +110,33 @@ CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192
           "dq": dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3, SCALES_AHEAD=False),
           "dkdv": dict(BLOCK_N=128, BLOCK_M=32, num_warps=8, num_stages=3)},
 }
+# Shared memory. Hopper and B200 let a block ask for 227 KiB; Ada (sm_89) and consumer Blackwell
+# (sm_120) for 99 KiB. The dQ kernel at D = 128 above keeps three stages of K^, V^ and K^T tiles of
+# 128 keys, 128 KiB, which those GPUs cannot launch (Triton: "out of resource: shared memory"). There
+# it steps over 64 keys (80 KiB); 64 divides the key tile, so the FP8 copies and their scales are the
+# same. test_kernels_fit_shared_memory compiles every kernel, as each GPU would tile it, for sm_89,
+# sm_100 and sm_120 and holds it to that GPU's limit. No such GPU has run them, nor timed this tiling.
+HOPPER_SHARED_BYTES = 232448    # shared memory per block on sm_90 and sm_100
+SMALL_SHARED_CONFIGS = {128: {"dq": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, SCALES_AHEAD=False)}}
 
 
-def tiles(D):
-    """Rows per scale of Q, K, V and dO for head dim D (see CONFIGS), after checking CONFIGS[D]."""
-    fwd, dq, dkdv = (CONFIGS[D][k] for k in ("fwd", "dq", "dkdv"))
+def config(D, kernel, shared_bytes=HOPPER_SHARED_BYTES):
+    """The tiling of `kernel` ("fwd", "dq" or "dkdv") at head dim D on a GPU that gives a block
+    shared_bytes of shared memory: CONFIGS, or SMALL_SHARED_CONFIGS where that is less than Hopper's."""
+    if shared_bytes < HOPPER_SHARED_BYTES:
+        return SMALL_SHARED_CONFIGS.get(D, {}).get(kernel, CONFIGS[D][kernel])
+    return CONFIGS[D][kernel]
+
+
+def tiles(D, shared_bytes=HOPPER_SHARED_BYTES):
+    """Rows per scale of Q, K, V and dO for head dim D (see CONFIGS), after checking the tilings."""
+    fwd, dq, dkdv = (config(D, k, shared_bytes) for k in ("fwd", "dq", "dkdv"))
     blocks = [c[b] for c in (fwd, dq, dkdv) for b in ("BLOCK_M", "BLOCK_N")]
     q_tile = fwd["BLOCK_M"]
     k_tile = max(fwd["BLOCK_N"], dq["BLOCK_N"], dkdv["BLOCK_N"])
     if not (all(16 <= b <= PAD and b & (b - 1) == 0 for b in blocks) and q_tile % dkdv["BLOCK_M"] == 0):
-        raise ValueError(f"CONFIGS[{D}] = {CONFIGS[D]}: block sizes must be powers of two in [16, {PAD}], and the "
-                         f"dK/dV kernel's BLOCK_M must divide the query tile (the forward's BLOCK_M)")
+        raise ValueError(f"CONFIGS[{D}] = {dict(fwd=fwd, dq=dq, dkdv=dkdv)}: block sizes must be powers of two in "
+                         f"[16, {PAD}], and the dK/dV kernel's BLOCK_M must divide the query tile (the forward's BLOCK_M)")
     return {"q": q_tile, "k": k_tile, "v": k_tile, "do": q_tile}
 
 
@@ -699,6 +715,14 @@ def _is_hopper(device):
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
+@functools.lru_cache(maxsize=None)
+def _shared_bytes(device):
+    """Shared memory a block may ask for on this GPU (the interpreter, on the CPU, has no limit)."""
+    if device.type != "cuda":
+        return HOPPER_SHARED_BYTES
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+
+
 def _gluon(q, head_dims, min_scores):
     """Whether this call runs a Gluon kernel (HOPPER_FORWARD / HOPPER_BACKWARD and their thresholds)."""
     B, H, N, D = q.shape
@@ -719,7 +743,8 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
-    tile = tiles(D)
+    shared = _shared_bytes(q.device)
+    tile = tiles(D, shared)
     if _gluon(q, HOPPER_FORWARD, COMPILED_MIN_SCORES if compiled else HOPPER_FORWARD_MIN_SCORES):
         import attention_fp8_hopper       # Gluon; imported only where it runs
         permuted = attention_fp8_hopper.CONFIGS[D].get("PERMUTED_V", False)
@@ -728,7 +753,7 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
     (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
     o = _empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    cfg = CONFIGS[D]["fwd"]
+    cfg = config(D, "fwd", shared)
     _launch(_fwd_kernel, (_cdiv(N, cfg["BLOCK_M"]), B * H),
             (q, *q.stride(), k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3]),
             D=D, CAUSAL=causal, **cfg)
@@ -797,7 +822,8 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
     B, H, N, D = q.shape
     H_kv = k.shape[1]
     n_pad = _padded(N)
-    tile = tiles(D)
+    shared = _shared_bytes(q.device)
+    tile = tiles(D, shared)
     if gluon:
         import attention_fp8_hopper       # Gluon; imported only where it runs
     # The Gluon dK/dV kernel may read Q^T and dO^T with each 32 queries permuted (its PERMUTED_Q).
@@ -810,7 +836,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
     delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
     rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
     qk_scale = sm_scale * LOG2E
-    cfg = CONFIGS[D]["dq"]
+    cfg = config(D, "dq", shared)
     _launch(_bwd_dq_kernel, (_cdiv(N, cfg["BLOCK_M"]), B * H),
             (q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, lse.stride(0), delta_buf, dq, rowsum, sm_scale,
              qk_scale, N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3]),
@@ -819,7 +845,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
         attention_fp8_hopper.dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta_buf, dk, dv, causal,
                                   sm_scale, qk_scale)
     else:
-        cfg = CONFIGS[D]["dkdv"]
+        cfg = config(D, "dkdv", shared)
         _launch(_bwd_dkdv_kernel, (_cdiv(N, cfg["BLOCK_N"]), B * H_kv),
                 (q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, lse.stride(0), delta_buf, dk, dv,
                  sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, **cfg)

@@ -8,6 +8,11 @@ at after changing a kernel.
     python kernel_registers.py                   # attention_fp8.py and the Gluon kernels of attention_fp8_hopper.py
     python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)
     python kernel_registers.py --hopper ''        # the Triton kernels only
+    python kernel_registers.py --target 89       # the Triton kernels for Ada (89), B200 (100) or RTX 50xx (120),
+                                                 # tiled as attention_fp8.config() tiles them there
+
+It exits with an error if a kernel asks for more shared memory per block than the target has: such
+a kernel compiles, but the GPU refuses to launch it.
 
 Integer arguments are compiled as the launcher specializes them at the benchmark shapes (divisible
 by 16, head counts not), so the numbers come within a few registers and spilled bytes of what the
@@ -32,6 +37,12 @@ FLOAT_SCALARS = {"sm_scale", "qk_scale"}
 INTS = {"N", "H", "H_KV"}         # capitals that are not pointers
 UNSPECIALIZED = {"H", "H_KV"}     # head counts: small numbers, not divisible by 16
 COMPILE_OPTIONS = {}              # the compile options of the file under test (its COMPILE_OPTIONS), set by main()
+# Per target (compute capability): the shared memory a block may ask for and an SM holds, in bytes,
+# and the most warps an SM holds (CUDA C Programming Guide, "Compute Capabilities"). All have 64K
+# registers per SM. The FP8 GPUs: Ada, Hopper, B200, consumer Blackwell.
+TARGETS = {89: dict(block=101376, sm=102400, warps=48), 90: dict(block=232448, sm=233472, warps=64),
+           100: dict(block=232448, sm=233472, warps=64), 120: dict(block=101376, sm=102400, warps=48)}
+TARGET = 90                       # set by main()
 
 
 def arg_type(name):
@@ -46,7 +57,7 @@ def arg_type(name):
 
 
 def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=None):
-    """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for sm_90a.
+    """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for TARGET.
     descriptors: {argument name: (block shape, shared layout)} of a Gluon kernel's TMA descriptors;
     maxnreg: the register cap the launch asks for, if any."""
     names = fn.arg_names
@@ -59,13 +70,14 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=N
     src = source(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
     options = dict(num_warps=num_warps, num_stages=num_stages, **COMPILE_OPTIONS,
                    **({"maxnreg": maxnreg} if maxnreg else {}))
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    kernel = triton.compile(src, target=GPUTarget("cuda", TARGET, 32), options=options)
     ptxas = ptxas_path()
+    gpu_name = re.search(r"^\.target\s+(sm_\w+)", kernel.asm["ptx"], re.M).group(1)     # sm_90a, sm_89, ...
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "kernel.ptx")
         with open(ptx, "w") as f:
             f.write(kernel.asm["ptx"])
-        log = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", ptx, "-o", os.devnull],
+        log = subprocess.run([ptxas, "-v", f"--gpu-name={gpu_name}", ptx, "-o", os.devnull],
                              capture_output=True, text=True, check=True).stderr
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     spills = int(re.search(r"(\d+) bytes spill stores", log).group(1))
@@ -73,10 +85,10 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=N
 
 
 def ptxas_path():
-    """The ptxas Triton itself runs for sm_90a: Triton 3.9 ships two and takes the newer one from sm_90 up."""
+    """The ptxas Triton itself runs for the target: Triton 3.9 ships two and takes the newer one from sm_90 up."""
     try:
         from triton.backends.nvidia.compiler import get_ptxas
-        return get_ptxas(90).path
+        return get_ptxas(TARGET).path
     except (ImportError, AttributeError, TypeError):     # a Triton without it: its one ptxas
         return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
@@ -86,17 +98,24 @@ def cap(maxnreg):
 
 
 def programs_per_sm(regs, shared, warps):
-    """How many programs of a kernel an H100/H200 SM holds at once: 64K registers, allocated per warp
-    in steps of 256 (8 per thread); 228 KiB of shared memory, of which each program also takes 1 KiB
-    for the system; 64 warps. Registers are what keeps the backward at two (SPEED.md, step 11)."""
+    """How many programs of a kernel an SM of the target holds at once: 64K registers, allocated per
+    warp in steps of 256 (8 per thread); its shared memory (228 KiB on an H100/H200), of which each
+    program also takes 1 KiB for the system; its warps (64). Registers are what keeps the backward at
+    two on Hopper (SPEED.md, step 11)."""
     by_regs = 65536 // (-(-regs // 8) * 8 * 32 * warps)
-    by_shared = 228 * 1024 // (shared + 1024)
-    return min(by_regs, by_shared, 64 // warps)
+    by_shared = TARGETS[TARGET]["sm"] // (shared + 1024)
+    return min(by_regs, by_shared, TARGETS[TARGET]["warps"] // warps)
+
+
+TOO_BIG = []        # the kernels that ask for more shared memory per block than the target has
 
 
 def row(D, name, tiling, regs, spills, shared, warps):
+    fits = shared <= TARGETS[TARGET]["block"]
+    if not fits:
+        TOO_BIG.append(f"D={D} {name} ({tiling}): {shared:,} bytes of shared memory, the most is {TARGETS[TARGET]['block']:,}")
     print(f"{D:>4} {name:>10} {tiling:>36} | {regs:>9} {spills:>13} {shared / 1024:>10.1f} "
-          f"{programs_per_sm(regs, shared, warps):>11}", flush=True)
+          f"{programs_per_sm(regs, shared, warps) if fits else 'none':>11}", flush=True)
 
 
 def load(path, name="attention_fp8_under_test"):
@@ -113,21 +132,27 @@ def main():
     p.add_argument("--hopper", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_fp8_hopper.py"),
                    help="the Gluon kernels' file ('' to leave them out)")
     p.add_argument("--head-dims", type=int, nargs="+", default=None)
+    p.add_argument("--target", type=int, choices=sorted(TARGETS), default=90,
+                   help="compute capability to build for (the Gluon kernels only for 90)")
     args = p.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_registers.py: unset TRITON_INTERPRET; the interpreter does not compile kernels")
     A = load(args.file)
-    global COMPILE_OPTIONS
+    global COMPILE_OPTIONS, TARGET
     COMPILE_OPTIONS = getattr(A, "COMPILE_OPTIONS", {})     # what that file's launches ask of Triton
+    TARGET = args.target
+    shared_bytes = TARGETS[TARGET]["block"]
+    # the tilings the launchers take on such a GPU (attention_fp8.config); older revisions have one for all
+    tiled_by_gpu = hasattr(A, "config")
     H = None
-    if args.hopper:     # the Gluon kernels (Gluon has no interpreter: this compile is CPU CI's check of them)
+    if args.hopper and TARGET == 90:     # the Gluon kernels (Gluon has no interpreter: this compile is CPU CI's check of them)
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.hopper)))
         H = load(args.hopper, "attention_fp8_hopper_under_test")
-    print(f"{args.file}: triton {triton.__version__}, target sm_90a, causal, matched delta")
+    print(f"{args.file}: triton {triton.__version__}, target sm_{TARGET}, causal, matched delta")
     print(f"{'D':>4} {'kernel':>10} {'tiling':>36} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10} "
           f"{'per SM':>11}")
     for D in args.head_dims or A.HEAD_DIMS:
-        A.tiles(D)      # refuses an inconsistent CONFIGS[D]
+        A.tiles(D, shared_bytes) if tiled_by_gpu else A.tiles(D)     # refuses inconsistent tilings
         # the quantizer as the Gluon forward calls it: K's rows and V^T with each 32 keys permuted
         regs, spills, shared = resources(A._quantize_kernel, dict(TILE=128, D=D, X_ROWS=True, X_COLS=False, Y_ROWS=False,
                                                                   Y_COLS=True, PERMUTE_COLS=True), 4, 1)
@@ -136,7 +161,7 @@ def main():
                    "dq": (A._bwd_dq_kernel, dict(CAUSAL=True, MATCHED=True, DEBUG=False)),
                    "dkdv": (A._bwd_dkdv_kernel, dict(CAUSAL=True))}
         for name, (fn, flags) in kernels.items():
-            cfg = dict(A.CONFIGS[D][name])
+            cfg = dict(A.config(D, name, shared_bytes) if tiled_by_gpu else A.CONFIGS[D][name])
             num_warps, num_stages, maxnreg = cfg.pop("num_warps"), cfg.pop("num_stages"), cfg.pop("maxnreg", None)
             regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages, maxnreg=maxnreg)
             tiling = " ".join(f"{k.removeprefix('BLOCK_')}={v}" if k.startswith("BLOCK_") else k.lower()
@@ -158,6 +183,9 @@ def main():
                       + (" rows-cp.async" if cfg.get("ROWS_CP_ASYNC") else "")
                       + (" flush-under-dots" if cfg.get("FLUSH_UNDER_DOTS") else "") + cap(maxnreg))
             row(D, "dkdv-gluon", tiling, regs, spills, shared, cfg["BLOCK_N"] // 16)
+    if TOO_BIG:
+        sys.exit("kernel_registers.py: too much shared memory for sm_%d, which would refuse to launch:\n  %s"
+                 % (TARGET, "\n  ".join(TOO_BIG)))
 
 
 if __name__ == "__main__":

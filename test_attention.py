@@ -398,6 +398,54 @@ def test_kernels_compile_for_hopper():
         run.stdout
 
 
+@pytest.mark.parametrize("target", [89, 100, 120])
+def test_kernels_fit_shared_memory(target):
+    """The FP8 GPUs other than Hopper: Ada (89) and consumer Blackwell (120) give a block 99 KiB of
+    shared memory, B200 (100) 227 KiB. Triton compiles a kernel that asks for more, and the GPU then
+    refuses to launch it; the dQ kernel at D = 128 did so until it got a tiling of its own there
+    (attention_fp8.SMALL_SHARED_CONFIGS). Compile the Triton kernels, tiled as each GPU would take them,
+    and hold them to its limit (kernel_registers.py exits with an error otherwise)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, os.path.join(root, "kernel_registers.py"), "--target", str(target), "--hopper", ""],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    rows = [line.split() for line in run.stdout.splitlines() if line.split()[:1] in (["64"], ["128"])]
+    assert [(r[0], r[1]) for r in rows] == [(d, k) for d in ("64", "128") for k in ("quantize", "fwd", "dq", "dkdv")], \
+        run.stdout
+
+
+def test_tiling_by_shared_memory():
+    """Where a GPU gives a block less shared memory than Hopper, the launchers take
+    SMALL_SHARED_CONFIGS, with the same scale tiles (so the same FP8 copies)."""
+    hopper, small = A.HOPPER_SHARED_BYTES, 101376
+    for D in A.HEAD_DIMS:
+        assert A.tiles(D, small) == A.tiles(D, hopper)
+        for kernel in ("fwd", "dq", "dkdv"):
+            assert A.config(D, kernel, hopper) is A.CONFIGS[D][kernel]
+            assert A.config(D, kernel, small) is A.SMALL_SHARED_CONFIGS.get(D, {}).get(kernel, A.CONFIGS[D][kernel])
+    assert A.config(128, "dq", small) is not A.CONFIGS[128]["dq"]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_small_shared_memory_tiling(causal, monkeypatch):
+    """The kernels as a 99 KiB GPU (Ada, RTX 50xx) runs them: D = 128, the dQ kernel over 64 keys."""
+    B, H, H_kv, N, D = 1, 2, 1, 200, 128
+    monkeypatch.setattr(A, "_shared_bytes", lambda device: 101376)
+    launched, launch = [], A._launch       # which tiling each launch took
+    monkeypatch.setattr(A, "_launch", lambda kernel, grid, args, **c: (launched.append((kernel, c)), launch(kernel, grid, args, **c)))
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=31)
+    sm_scale = 1.0 / math.sqrt(D)
+    out = run_kernel(q, k, v, do, causal)
+    assert [c["BLOCK_N"] for kernel, c in launched if kernel is A._bwd_dq_kernel] == [64]
+    deq = dequantized_reference(q, k, v, do, causal, sm_scale)
+    for name in ("o", "dq", "dk", "dv"):
+        assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
+    o, lse = A._forward(q, k, v, causal, sm_scale)
+    info = A._backward(do, q, k, v, o, lse, causal, sm_scale, "matched", debug=True)[3]
+    assert (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"]).max() < 1e-6
+
+
 def test_fp16_and_explicit_scale():
     B, H, N, D = 1, 2, 100, 128
     q, k, v, do = make_inputs(B, H, H, N, D, seed=9, dtype=torch.float16)
