@@ -717,10 +717,11 @@ def _is_hopper(device):
 
 @functools.lru_cache(maxsize=None)
 def _shared_bytes(device):
-    """Shared memory a block may ask for on this GPU (the interpreter, on the CPU, has no limit)."""
+    """Shared memory a block may ask for on this GPU, as Triton reads it when it checks a launch (the
+    interpreter, on the CPU, has no limit)."""
     if device.type != "cuda":
         return HOPPER_SHARED_BYTES
-    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    return _driver().utils.get_device_properties(device.index)["max_shared_mem"]
 
 
 def _gluon(q, head_dims, min_scores):
