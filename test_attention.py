@@ -427,6 +427,18 @@ def test_tiling_by_shared_memory():
     assert A.config(128, "dq", small) is not A.CONFIGS[128]["dq"]
 
 
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
+def test_gpu_shared_memory_limit():
+    """The limit the launchers read is the one Triton holds launches to, and a Hopper GPU takes the
+    tilings measured on the H200 (CONFIGS), not the smaller ones."""
+    import triton
+    device = torch.device("cuda", torch.cuda.current_device())
+    assert A._shared_bytes(device) == triton.runtime.driver.active.utils.get_device_properties(device.index)["max_shared_mem"]
+    if HOPPER:
+        assert A._shared_bytes(device) >= A.HOPPER_SHARED_BYTES
+        assert A.config(128, "dq", A._shared_bytes(device)) is A.CONFIGS[128]["dq"]
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_small_shared_memory_tiling(causal, monkeypatch):
     """The kernels as a 99 KiB GPU (Ada, RTX 50xx) runs them: D = 128, the dQ kernel over 64 keys."""
