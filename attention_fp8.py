@@ -77,6 +77,7 @@ with Hopper's asynchronous wgmma and TMA.
 import functools
 import math
 import os
+import warnings
 from typing import Optional
 
 import torch
@@ -673,6 +674,8 @@ def quantize(x, tile, rows=True, cols=False):
     """Block-scaled e4m3 copy of x (B, H, N, D): returns (x8 or None, x8T or None, scale) with
     x8 (B*H, N_pad, D), x8T (B*H, D, N_pad) and scale (B*H, N_pad), x ~= x8 * scale[..., None].
     One scale per `tile` rows. Public so tests can build references from the dequantized inputs."""
+    if tile not in (16, 32, 64, PAD):       # the kernel's arange needs a power of two; N is padded to PAD
+        raise ValueError(f"quantize: tile must be 16, 32, 64 or {PAD} rows, got {tile!r}")
     return _quantize([(x, rows, cols)], tile)[0]
 
 
@@ -712,7 +715,16 @@ COMPILED_MIN_SCORES = 0
 
 @functools.lru_cache(maxsize=None)
 def _is_hopper(device):
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+    """Whether the Gluon kernels can run here: a Hopper GPU (sm_90), and a Triton with Gluon's Hopper API."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
+        return False
+    try:
+        import attention_fp8_hopper  # noqa: F401
+    except ImportError as e:
+        warnings.warn(f"attention_fp8: the Gluon kernels for Hopper need Triton's Gluon API, which triton "
+                      f"{triton.__version__} lacks ({e}); the Triton kernels run instead, more slowly")
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=None)
@@ -1020,6 +1032,15 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: unsupported device {dev}; use a CUDA GPU")
 
 
+def _checked_scale(sm_scale):
+    # The kernels floor the factor from an FP8 dot to S at 1e-30 (zero tiles, _fwd_inner): a negative
+    # scale would come out as that floor, near-uniform attention, not as an error.
+    scale = float(sm_scale)
+    if not (math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"attention: sm_scale must be a finite number >= 0, got {sm_scale!r}")
+    return scale
+
+
 @torch.no_grad()
 def delta_stats(q, k, v, do, causal=True, sm_scale=None):
     """What the stale delta would get wrong on these inputs, for a training monitor.
@@ -1034,7 +1055,7 @@ def delta_stats(q, k, v, do, causal=True, sm_scale=None):
     if not (isinstance(do, torch.Tensor) and do.shape == q.shape and do.dtype == q.dtype and do.device == q.device):
         got = f"{tuple(do.shape)} {do.dtype} on {do.device}" if isinstance(do, torch.Tensor) else type(do).__name__
         raise ValueError(f"delta_stats: do must be a tensor like q ({tuple(q.shape)} {q.dtype} on {q.device}), got {got}")
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else _checked_scale(sm_scale)
     o, lse = _forward(q, k, v, causal, sm_scale)
     stats = {}
     for arm in ("matched", "stale"):
@@ -1053,12 +1074,13 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
 
     q: (B, H, N, D); k, v: (B, H_kv, N, D) with H % H_kv == 0; bf16 or fp16; D in {64, 128}; any
     strides, each tensor spanning fewer than 2^31 elements (32-bit offsets; larger calls raise).
-    sm_scale defaults to 1 / sqrt(D). delta="matched" (Delta-Matching) or "stale" (rowsum(dO * O),
+    sm_scale >= 0, default 1 / sqrt(D). delta="matched" (Delta-Matching) or "stale" (rowsum(dO * O),
     the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout; differentiable in q, k, v
-    once (no create_graph=True: the FP8 backward has no gradient of its own)."""
+    once (no create_graph=True: the FP8 backward has no gradient of its own). An inf or NaN in q, k
+    or v makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than
+    with SDPA, which spreads it only to the rows that attend to it."""
     _check_inputs(q, k, v, delta)
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(q.shape[-1])
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else _checked_scale(sm_scale)
     if torch.compiler.is_compiling():
         return _fwd_op(q, k, v, bool(causal), float(sm_scale), delta)[0]
     return _Attention.apply(q, k, v, bool(causal), float(sm_scale), delta)

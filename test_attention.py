@@ -529,6 +529,13 @@ def test_bad_inputs_raise_clear_errors(monkeypatch):
     expect(ValueError, "head_dim 32 is not supported", q[..., :32], q[..., :32], q[..., :32])
     expect(ValueError, "delta must be", q, q, q, delta="fresh")
     expect(TypeError, "torch.Tensor", q.tolist(), q, q)
+    for scale in (-0.125, float("nan"), float("inf")):     # a negative one would meet the kernels' floor
+        expect(ValueError, "sm_scale must be a finite number >= 0", q, q, q, sm_scale=scale)
+    with pytest.raises(ValueError, match="sm_scale must be"):
+        A.delta_stats(q, q, q, q, sm_scale=-1.0)
+    for tile in (48, 256):          # not a power of two; larger than the padding (a grid of no programs)
+        with pytest.raises(ValueError, match="tile must be 16, 32, 64 or 128 rows"):
+            A.quantize(q, tile)
     # 2^31 elements (zero strides: no memory): the kernels' 32-bit offsets would wrap around
     huge = torch.zeros(1, 1, 1, 64, device=DEVICE, dtype=torch.bfloat16).expand(2**14, 2, 1024, 64)
     expect(ValueError, "32-bit offsets", huge, huge, huge)
