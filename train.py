@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import configurator
-from data.common import atomic_write, load_meta, read_shard, shard_paths
+from data.common import atomic_write, load_meta, prepare_command, read_shard, shard_paths
 from model import ATTENTION_PATHS, GPT, GPTConfig, fp8_unavailable, peak_flops, resolve_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -104,6 +104,10 @@ def load_config(argv):
                                        f"{cfg.n_embd // cfg.n_head} must be even (or pos=learned / none)")
     if cfg.n_kv_head < 0 or (cfg.n_kv_head and cfg.n_head % cfg.n_kv_head):
         raise configurator.ConfigError(f"n_head={cfg.n_head} must be a multiple of n_kv_head={cfg.n_kv_head} (0: n_head)")
+    if not 0 <= cfg.seed < 2**32:  # numpy's generators take no negative seed, torch's none past 2^64
+        raise configurator.ConfigError(f"seed={cfg.seed}: must be in [0, 2^32)")
+    if not cfg.out_dir or not cfg.dataset:
+        raise configurator.ConfigError(f"{'out_dir' if not cfg.out_dir else 'dataset'} is empty")
     return cfg
 
 
@@ -117,13 +121,14 @@ def dataset_dir(dataset):
 # split the micro-batches between them see exactly the tokens one process would.
 
 class TrainData:
-    def __init__(self, data_dir, block_size, seed):
-        self.shards = [s for s in map(read_shard, shard_paths(data_dir, "train")) if len(s) > block_size]
-        if not self.shards:
+    def __init__(self, data_dir, block_size, seed, vocab_size=2**16):  # 2^16: any uint16 token passes
+        kept = [(path, s) for path in shard_paths(data_dir, "train") for s in [read_shard(path)] if len(s) > block_size]
+        if not kept:
             raise ValueError(f"no train shard in {data_dir} is longer than block_size {block_size}")
+        self.paths, self.shards = zip(*kept)
         self.lengths = np.array([len(s) for s in self.shards])
         self.p = self.lengths / self.lengths.sum()  # a window lands in a shard in proportion to its size
-        self.block_size, self.seed = block_size, seed
+        self.block_size, self.seed, self.vocab_size = block_size, seed, vocab_size
 
     def batch(self, iter_num, micro, batch_size, device):
         T = self.block_size
@@ -131,19 +136,27 @@ class TrainData:
         which = rng.choice(len(self.shards), size=batch_size, p=self.p)
         starts = rng.integers(0, self.lengths[which] - T)  # window [start, start + T + 1) fits the shard
         buf = np.stack([self.shards[s][o:o + T + 1] for s, o in zip(which, starts)]).astype(np.int64)
+        if buf.max() >= self.vocab_size:  # a shard of another tokenizer: the embedding would index out of range
+            bad = next(s for s, row in zip(which, buf) if row.max() >= self.vocab_size)
+            raise SystemExit(f"shard {self.paths[bad]} holds token {buf.max()}, past the dataset's vocab of "
+                             f"{self.vocab_size} (meta.json): written with another tokenizer? re-run: "
+                             f"{prepare_command(os.path.dirname(self.paths[bad]))}")
         xy = torch.from_numpy(buf)
         if device.type == "cuda":
             xy = xy.pin_memory().to(device, non_blocking=True)
         return xy[:, :-1], xy[:, 1:]  # inputs and next-token targets, (B, T) each
 
 
-def val_windows(data_dir, block_size, eval_tokens, multiple):
+def val_windows(data_dir, block_size, eval_tokens, multiple, vocab_size=2**16):
     """The fixed validation set: consecutive windows from the start of the val split, (n, T + 1) int64,
     n trimmed to a multiple of batch_size * world_size so every eval batch has the same shape."""
     T = block_size
     need, parts = max(eval_tokens // T, 1) * T + 1, []  # at least one window
     for path in shard_paths(data_dir, "val"):
         parts.append(np.array(read_shard(path)[:need - sum(map(len, parts))]))
+        if len(parts[-1]) and parts[-1].max() >= vocab_size:
+            raise ValueError(f"shard {path} holds token {parts[-1].max()}, past the dataset's vocab of {vocab_size} "
+                             f"(meta.json): written with another tokenizer? re-run: {prepare_command(data_dir)}")
         if sum(map(len, parts)) >= need:
             break
     tokens = np.concatenate(parts)
@@ -230,6 +243,24 @@ def set_rng_state(state, device):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+CKPT_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "rng")
+
+
+def load_checkpoint(path):
+    """A checkpoint save_checkpoint wrote, or an error that names the file and what is wrong with it."""
+    if not os.path.exists(path):
+        raise SystemExit(f"--init_from=resume: no checkpoint at {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states too
+    except Exception as e:  # truncated, not a torch file, pickled classes that are gone: all unreadable
+        raise SystemExit(f"--init_from=resume: cannot read {path} ({type(e).__name__}: {e}); is it a "
+                         "checkpoint train.py wrote?")
+    missing = [k for k in CKPT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
+        raise SystemExit(f"--init_from=resume: {path} has no {', '.join(missing)}: not a checkpoint train.py wrote")
+    return ckpt
+
+
 def save_checkpoint(path, ckpt):
     """torch.save to a temporary file beside path, then rename: a crash mid-save keeps the previous one."""
     atomic_write(path, lambda f: torch.save(ckpt, f))
@@ -287,12 +318,14 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
+    try:  # now, not after minutes of data preparation and compilation
+        os.makedirs(cfg.out_dir, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"out_dir={cfg.out_dir!r}: cannot make that folder ({e.strerror})")
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     ckpt = None
     if cfg.init_from == "resume":  # first: the checkpoint's architecture (head dim) decides the attention path
-        if not os.path.exists(ckpt_path):
-            raise SystemExit(f"--init_from=resume: no checkpoint at {ckpt_path}")
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own file: RNG states too
+        ckpt = load_checkpoint(ckpt_path)
     arch = ckpt["model_args"] if ckpt else vars(cfg)
     head_dim = arch["n_embd"] // arch["n_head"]
     try:
@@ -323,8 +356,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                          "how to prepare the others), or give a path")
     try:  # a missing, short or corrupt file: the message names it and what to re-run (data/common.py)
         meta = load_meta(data_dir)
-        train_data = TrainData(data_dir, cfg.block_size, cfg.seed)
-        val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world)
+        train_data = TrainData(data_dir, cfg.block_size, cfg.seed, meta["vocab_size"])
+        val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world, meta["vocab_size"])
     except (OSError, ValueError) as e:
         raise SystemExit(f"dataset={cfg.dataset!r}: {e}")
     if val.numel() - len(val) < cfg.eval_tokens:
@@ -340,6 +373,13 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         changed = [f"{k}={ckpt['model_args'][k]}" for k in ARCH_KEYS if ckpt["model_args"][k] != model_args[k]]
         if changed:
             say(f"resume: architecture from the checkpoint: {', '.join(changed)}")
+        # the rest is this command's: say where it differs from the resumed run's, which continues exactly
+        # only with the same data and schedule (context extension changes some on purpose)
+        before = ckpt.get("config", {})
+        changed = [f"{k}={v!r} (was {before[k]!r})" for k, v in asdict(cfg).items()
+                   if k not in ARCH_KEYS + ("init_from",) and k in before and before[k] != v]
+        if changed:
+            say(f"resume: settings that differ from the checkpoint's run: {', '.join(changed)}")
         model_args.update({k: ckpt["model_args"][k] for k in ARCH_KEYS})
         if ckpt["model_args"]["vocab_size"] != vocab_size:
             raise SystemExit(f"the checkpoint's vocab is {ckpt['model_args']['vocab_size']}, the dataset's "
@@ -383,7 +423,6 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if peak_flops(device_name) is None:
         say(f"MFU: n/a (unknown peak for {device_name})")
 
-    os.makedirs(cfg.out_dir, exist_ok=True)
     log_file, log_path = None, os.path.join(cfg.out_dir, "metrics.jsonl")
     if master:  # one log per run; a resumed run continues its log, a new one keeps an earlier run's under another name
         if cfg.init_from == "scratch" and os.path.exists(log_path):

@@ -136,7 +136,7 @@ def prepare_command(data_dir):
     try:
         with open(os.path.join(data_dir, "meta.json")) as f:
             return json.load(f)["prepare"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         pass
     script = os.path.join(data_dir, "prepare.py")
     if os.path.exists(script):
@@ -186,8 +186,16 @@ def load_meta(data_dir):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} is missing (data not prepared, or preparation was interrupted); "
                                 f"run: {prepare_command(data_dir)}")
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); re-run: {prepare_command(data_dir)}")
+    missing = [k for k in ("tokenizer", "vocab_size", "train_tokens") if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}: not written by a prepare script; re-run: "
+                         f"{prepare_command(data_dir)}")
+    return meta
 
 
 class ShardWriter:
@@ -233,6 +241,10 @@ def write_dataset(out_dir, name, splits, tok, source, prepare, num_threads=8, pr
     """splits: {'val': texts, 'train': texts} (iterables of str). Writes the shards, then meta.json last,
     so a meta.json on disk means a complete dataset. prepare: the command that remakes it (for errors).
     progress(n) is called after each n documents."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:  # a file in the way, or no permission: say so before any tokenizing
+        raise SystemExit(f"out_dir {out_dir}: cannot make that folder ({e.strerror})")
     if os.path.exists(os.path.join(out_dir, "meta.json")):
         os.remove(os.path.join(out_dir, "meta.json"))  # incomplete until rewritten below
     counts = {}

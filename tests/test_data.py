@@ -1,6 +1,7 @@
 """Token shards, their corruption errors, the tokenizer and its offline fallback, the prepare scripts."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -71,6 +72,27 @@ def test_missing_data_errors(tmp_path):
     folder.mkdir()
     (folder / "prepare.py").write_text(open(os.path.join(ROOT, "data", "shakespeare", "prepare.py")).read())
     assert common.prepare_command(str(folder)).endswith(os.path.join("shakespeare", "prepare.py"))
+
+
+@pytest.mark.parametrize("text,words", [
+    ("{'vocab_size': 256", "is not valid JSON"),
+    ("{}", "lacks tokenizer, vocab_size, train_tokens: not written by a prepare script"),
+    ("[1, 2]", "lacks tokenizer, vocab_size, train_tokens"),
+    ('{"tokenizer": "bytes", "vocab_size": 257}', "lacks train_tokens"),
+])
+def test_a_broken_meta_json_is_named(tmp_path, text, words):
+    (tmp_path / "meta.json").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'meta.json'} ") + ".*" + re.escape(words) + ".*re-run: "):
+        load_meta(str(tmp_path))
+
+
+def test_prepare_into_a_file_says_so(tmp_path):
+    from data.text.prepare import prepare
+    (tmp_path / "in.txt").write_text("some text\n" * 50)
+    (tmp_path / "a_file").write_text("")
+    for out in (tmp_path / "a_file", tmp_path / "a_file" / "sub"):
+        with pytest.raises(SystemExit, match=re.escape(f"out_dir {out}: cannot make that folder")):
+            prepare(str(tmp_path / "in.txt"), str(out), tokenizer="bytes")
 
 
 def test_shard_writer_splits_documents_and_removes_stale_shards(tmp_path):

@@ -208,6 +208,64 @@ def test_loss_falls_and_run_leaves_checkpoint_and_log(data_dir, tmp_path, capsys
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("argv,words", [
+    (["--seed=-1"], "seed=-1: must be in [0, 2^32)"),
+    ([f"--seed={2**64}"], "seed=18446744073709551616: must be in [0, 2^32)"),
+    (["--out_dir="], "out_dir is empty"),
+    (["--dataset="], "dataset is empty"),
+])
+def test_seed_out_dir_and_dataset_errors(data_dir, tmp_path, argv, words):
+    with pytest.raises(SystemExit, match=re.escape(f"config error: {words}")):
+        train.main(args(data_dir, tmp_path / "a", *argv))
+
+
+def test_out_dir_that_cannot_be_a_folder_stops_before_the_work(data_dir, tmp_path, monkeypatch):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    monkeypatch.setattr(train, "TrainData", None)       # reached only after the check: would raise TypeError
+    for out_dir in (a_file, a_file / "sub"):
+        with pytest.raises(SystemExit, match=re.escape(f"out_dir={str(out_dir)!r}: cannot make that folder")):
+            train.main(args(data_dir, out_dir))
+
+
+def test_unreadable_or_foreign_checkpoints_are_named(data_dir, tmp_path):
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2"))
+    ckpt = out / "ckpt.pt"
+    good = ckpt.read_bytes()
+    for content, words in ((b"garbage", "cannot read"), (good[:len(good) // 2], "cannot read")):
+        ckpt.write_bytes(content)
+        with pytest.raises(SystemExit, match=re.escape(f"--init_from=resume: {words} {ckpt}")):
+            train.main(args(data_dir, out, "--max_iters=4", "--init_from=resume"))
+    torch.save({"model": {}, "iter_num": 2}, ckpt)
+    with pytest.raises(SystemExit, match=re.escape(f"{ckpt} has no optimizer, model_args, best_val_loss, rng: "
+                                                   "not a checkpoint train.py wrote")):
+        train.main(args(data_dir, out, "--max_iters=4", "--init_from=resume"))
+
+
+def test_resume_names_the_settings_that_differ(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2", "--dropout=0.1"))
+    capsys.readouterr()
+    train.main(args(data_dir, out, "--max_iters=3", "--init_from=resume"))
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("resume: settings that differ"))
+    assert line == ("resume: settings that differ from the checkpoint's run: eval_interval=1000 (was 2), "
+                    "dropout=0.0 (was 0.1), max_iters=3 (was 2)")
+
+
+def test_tokens_past_the_vocab_are_named_with_their_shard(tmp_path):
+    """A shard of another tokenizer in the folder (a re-prepared or renamed dataset): its tokens would
+    index past the embedding, an IndexError (a device-side assert on a GPU) instead of a message."""
+    d = coded_shards(tmp_path / "d", train=(900,), val=(100,))   # tokens up to 899; val 30000 on, of which 65 are read
+    data = train.TrainData(d, block_size=8, seed=1337, vocab_size=500)
+    with pytest.raises(SystemExit, match=r"coded_train_000000\.bin holds token \d+, past the dataset's vocab of 500"):
+        for i in range(20):
+            data.batch(i, 0, 4, torch.device("cpu"))
+    assert train.TrainData(d, block_size=8, seed=1337, vocab_size=900).batch(0, 0, 4, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"coded_val_000000\.bin holds token 30064, past the dataset's vocab of 30000"):
+        train.val_windows(d, 8, 64, 1, vocab_size=30000)
+
+
 def test_resume_continues_the_loss_curve_exactly(data_dir, tmp_path):
     """8 steps straight, against 4 steps + save + resume + 4 steps. Dropout is on, so the RNG states must be
     restored too; the data windows are a function of the step, so nothing is replayed."""
