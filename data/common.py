@@ -104,6 +104,8 @@ def atomic_write(path, write_fn, mode="wb"):
     try:
         with open(tmp, mode) as f:
             write_fn(f)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: after a power cut, the old file or the whole new one
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
