@@ -5,9 +5,11 @@ FP8 with Delta-Matching (plus second seeds of each, to measure run-to-run noise)
     python ablation.py run  [--arms=a,b,...] [train.py overrides...]   # one after another, out-ablation/<arm>/
     python ablation.py plot                          # out-ablation/ablation.png and a markdown table
 
-`run` starts `python train.py config/ablation.py --attention=<path> --seed=<seed> --out_dir=out-ablation/<arm>
---delta_monitor=True <your overrides>` per arm, so every figure comes from train.py's own metrics.jsonl:
-per-step train loss and gradient norm, val loss, and at each evaluation the delta-mismatch monitor.
+`run` starts `python train.py config/ablation.py --delta_monitor=True <your overrides> --attention=<path>
+--seed=<seed> --out_dir=out-ablation/<arm>` per arm, so every figure comes from train.py's own metrics.jsonl:
+per-step train loss and gradient norm, val loss, and at each evaluation the delta-mismatch monitor. The
+arm's settings come last, so a preset among your overrides (config/*.py set out_dir) leaves each arm its own
+folder and seed; --attention=, --seed= and --out_dir= overrides are refused.
 The arms are sdpa, fp8_stale and fp8 at seed 1337 and each at seed 2024 (`*_seed2`: another
 initialization and data order); `run` trains sdpa, sdpa_seed2, fp8_stale and fp8 unless --arms= names
 others. At the lengths a single GPU trains in minutes the seeds move the loss as much as the attention
@@ -30,15 +32,21 @@ ARMS = {  # name: (attention path, seed)
     "fp8_seed2": ("fp8", 2024),
 }
 DEFAULT_ARMS = ["sdpa", "sdpa_seed2", "fp8_stale", "fp8"]   # what `run` trains without --arms=
+ARM_KEYS = ("attention", "seed", "out_dir")   # what `run` sets per arm, so no override may
 OUT = os.path.join(ROOT, "out-ablation")
 
 
 def run(overrides, arms):
+    clash = [a for a in overrides if a.startswith("--") and a[2:].split("=", 1)[0] in ARM_KEYS]
+    if clash:  # it would give every arm the same attention or seed, or one folder that each arm overwrites
+        sys.exit(f"{' '.join(clash)}: each arm sets its own attention, seed and out_dir (out-ablation/<arm>, where "
+                 f"`plot` reads it); choose arms with --arms= instead (the arms: {', '.join(ARMS)}), and move "
+                 "out-ablation/ aside first to keep an earlier ablation")
     for arm in arms:
         attention, seed = ARMS[arm]
         cmd = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, "config", "ablation.py"),
-               f"--attention={attention}", f"--seed={seed}", f"--out_dir={os.path.join(OUT, arm)}",
-               "--delta_monitor=True", *overrides]
+               "--delta_monitor=True", *overrides,
+               f"--attention={attention}", f"--seed={seed}", f"--out_dir={os.path.join(OUT, arm)}"]
         print("$", " ".join(cmd), flush=True)
         code = subprocess.run(cmd).returncode
         if code:

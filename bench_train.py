@@ -7,8 +7,10 @@ and the ratio to the first path, for each block size (tokens per step held fixed
     python bench_train.py --attentions=sdpa_cudnn,sdpa_flash,fp8,fp8_stale --block_sizes=4096
 
 Paths: sdpa (PyTorch's own backend choice), sdpa_cudnn / sdpa_flash (that SDPA backend forced), fp8,
-fp8_stale. Each path compiles afresh (~1 min for 12 layers), so keep the list short per call.
+fp8_stale, auto (fp8 where it runs, else sdpa). Each path compiles afresh (~1 min for 12 layers), so keep
+the list short per call.
 """
+import re
 import sys
 import time
 from contextlib import nullcontext
@@ -17,7 +19,10 @@ from dataclasses import dataclass
 import torch
 
 import configurator
-from model import GPT, GPTConfig, resolve_attention
+from model import ATTENTION_PATHS, GPT, GPTConfig, resolve_attention
+
+SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}  # forced SDPA backends
+PATHS = ["auto", *ATTENTION_PATHS, *SDPA_BACKENDS]  # what --attentions= may list
 
 
 @dataclass
@@ -44,8 +49,11 @@ def peak_gib(device):
 
 
 def bench(cfg, attention, block_size, device):
-    backend = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}.get(attention)
-    path = "sdpa" if backend else resolve_attention(attention, device, cfg.n_embd // cfg.n_head)[0]
+    backend = SDPA_BACKENDS.get(attention)
+    try:
+        path = "sdpa" if backend else resolve_attention(attention, device, cfg.n_embd // cfg.n_head)[0]
+    except RuntimeError as e:  # an fp8 path where the kernel cannot run: the user's choice, so no traceback
+        raise SystemExit(str(e))
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=block_size, vocab_size=cfg.vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
                           n_kv_head=cfg.n_kv_head or cfg.n_head, n_embd=cfg.n_embd, qk_norm=cfg.qk_norm,
@@ -90,8 +98,36 @@ def bench(cfg, attention, block_size, device):
     return batch * block_size / dt, mfu, mem
 
 
+def load_config(argv):
+    """The config, checked, with its two lists: (cfg, attentions, block sizes). Raises ConfigError."""
+    cfg = configurator.parse(BenchConfig(), argv)
+    attentions = cfg.attentions.split(",")
+    unknown = [a for a in attentions if a not in PATHS]
+    if unknown:  # else resolve_attention would blame the GPU for a typo
+        raise configurator.ConfigError(f"attentions={cfg.attentions!r}: unknown path(s) "
+                                       f"{', '.join(map(repr, unknown))}; the paths are {', '.join(PATHS)}")
+    try:
+        block_sizes = [int(b) for b in cfg.block_sizes.split(",")]
+    except ValueError:
+        block_sizes = []
+    if not block_sizes or min(block_sizes) < 1:
+        raise configurator.ConfigError(f"block_sizes={cfg.block_sizes!r}: expected whole numbers >= 1, comma-separated")
+    for key in ("steps", "tokens_per_step", "n_layer", "n_head", "n_embd", "vocab_size"):  # steps=0: divides by 0
+        if getattr(cfg, key) < 1:
+            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be at least 1")
+    for key in ("warmup", "n_kv_head"):
+        if getattr(cfg, key) < 0:
+            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):  # as train.py: torch.device would raise a traceback
+        raise configurator.ConfigError(f"device={cfg.device!r}: expected auto, cpu, cuda or cuda:N")
+    return cfg, attentions, block_sizes
+
+
 def main(argv=None):
-    cfg = configurator.parse(BenchConfig(), sys.argv[1:] if argv is None else argv)
+    try:
+        cfg, attentions, block_sizes = load_config(sys.argv[1:] if argv is None else argv)
+    except configurator.ConfigError as e:
+        raise SystemExit(f"config error: {e}")
     if cfg.device == "auto" and not torch.cuda.is_available():
         # the default 124M model at 65k tokens per step takes minutes per step on a CPU, with nothing printed
         sys.exit("bench_train.py measures training speed on a GPU, and there is no CUDA GPU here. To run it on the "
@@ -107,9 +143,9 @@ def main(argv=None):
           f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} "
           "timed steps", flush=True)
     rows = []
-    for block_size in map(int, cfg.block_sizes.split(",")):
+    for block_size in block_sizes:
         first = None
-        for attention in cfg.attentions.split(","):
+        for attention in attentions:
             tok_s, mfu, mem = bench(cfg, attention, block_size, device)
             first = first or tok_s
             rows.append(f"| {block_size:>5} | {attention:<10} | {tok_s:>12,.0f} | {tok_s / first:5.2f}x | "

@@ -6,6 +6,7 @@ Sample text from a checkpoint written by train.py.
     python sample.py --start=FILE:prompt.txt --temperature=0.7 --top_k=50
 """
 import os
+import re
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ class SampleConfig:
 def main(argv=None):
     try:
         cfg = configurator.parse(SampleConfig(), sys.argv[1:] if argv is None else argv)
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):  # as train.py: torch.device would raise a traceback
+            raise configurator.ConfigError(f"device={cfg.device!r}: expected auto, cpu, cuda or cuda:N")
     except configurator.ConfigError as e:
         raise SystemExit(f"config error: {e}")
     if cfg.temperature < 0 or cfg.top_k < 0:
@@ -53,14 +56,26 @@ def main(argv=None):
     path = os.path.join(cfg.out_dir, "ckpt.pt")
     if not os.path.exists(path):
         raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: it holds RNG states too
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: it holds RNG states too
+    except Exception as e:  # garbage or a truncated save: torch raises anything from ValueError to EOFError
+        raise SystemExit(f"{path} is not a checkpoint train.py wrote: {type(e).__name__}: {e}")
+    if not isinstance(ckpt, dict):
+        raise SystemExit(f"{path} is not a checkpoint train.py wrote: it holds a {type(ckpt).__name__}, not a dict")
+    for key, inner in (("model_args", ("n_embd", "n_head")), ("model", ()), ("meta", ("tokenizer",))):
+        if key not in ckpt or not isinstance(ckpt[key], dict) or any(k not in ckpt[key] for k in inner):
+            raise SystemExit(f"{path} has no {key!r}" + (f" (with {', '.join(map(repr, inner))})" if inner else "")
+                             + ": it is not a checkpoint train.py wrote")
     model_args = dict(ckpt["model_args"])
     try:  # any path runs any checkpoint
         model_args["attention"], _ = resolve_attention(cfg.attention, device, model_args["n_embd"] // model_args["n_head"])
     except RuntimeError as e:  # an fp8 path asked for where the kernel cannot run
         raise SystemExit(str(e))
-    model = GPT(GPTConfig(**model_args))
-    model.load_state(ckpt["model"])
+    try:
+        model = GPT(GPTConfig(**model_args))
+        model.load_state(ckpt["model"])
+    except (TypeError, RuntimeError) as e:  # model_args or weights this model.py does not build (another version's)
+        raise SystemExit(f"{path}: its model does not load here: {type(e).__name__}: {e}")
     model.eval().to(device)
     if cfg.compile:  # generate() calls self(...), i.e. forward: compile that (a compiled wrapper's generate would not)
         model.forward = torch.compile(model.forward, dynamic=True)

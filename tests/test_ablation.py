@@ -113,9 +113,9 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
 
 
 def test_run_commands(monkeypatch):
-    """Each arm's train.py command, read as train.py reads it: the preset first, then the arm's attention,
-    seed and out_dir (its own folder), the monitor on, and the caller's overrides last. The BF16 noise arm
-    has a seed of its own; the others share one."""
+    """Each arm's train.py command, read as train.py reads it: the preset first, the monitor on, the caller's
+    overrides, then the arm's attention, seed and out_dir (its own folder). The BF16 noise arm has a seed of
+    its own; the others share one."""
     import configurator
     import train
     cmds = []
@@ -138,3 +138,30 @@ def test_table_median_of_an_even_count(tmp_path, monkeypatch):
     monkeypatch.setattr(ablation, "OUT", str(tmp_path))
     _write(tmp_path, "sdpa", [{"iter": i, "loss": 1.0, "tok_per_s": t} for i, t in enumerate((9e9, 9e9, 9e9, 400, 200, 100, 300))])
     assert ablation.table({"sdpa": ablation.load("sdpa")}).splitlines()[2].endswith("| 250 |")
+
+
+@pytest.mark.parametrize("override", ["--attention=sdpa", "--seed=5", "--out_dir=/tmp/ab"])
+def test_override_of_what_each_arm_sets_is_refused_before_any_run(monkeypatch, override):
+    """The arms differ in attention and seed and each writes its own folder: an override of one of these would
+    make them one run (or one folder, each arm overwriting the last), so it is refused, saying why."""
+    cmds = []
+    monkeypatch.setattr(ablation.subprocess, "run", lambda cmd: (cmds.append(cmd), types.SimpleNamespace(returncode=0))[1])
+    with pytest.raises(SystemExit) as e:
+        ablation.run(["--max_iters=7", override], ["sdpa", "fp8"])
+    assert cmds == [], "an arm was started"
+    assert str(e.value).startswith(f"{override}: each arm sets its own attention, seed and out_dir"), str(e.value)
+    assert "--arms=" in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_preset_override_keeps_each_arms_folder_and_seed(monkeypatch):
+    """A preset among the overrides sets out_dir (config/shakespeare.py: out-shakespeare) and may set a seed:
+    the arm's own settings come after it, so every arm still trains with its seed into its own folder."""
+    import configurator
+    import train
+    cmds = []
+    monkeypatch.setattr(ablation.subprocess, "run", lambda cmd: (cmds.append(cmd), types.SimpleNamespace(returncode=0))[1])
+    ablation.run([os.path.join(ROOT, "config", "shakespeare.py"), "--max_iters=7"], ["sdpa", "sdpa_seed2"])
+    cfgs = [configurator.parse(train.TrainConfig(), cmd[2:]) for cmd in cmds]
+    assert [c.out_dir for c in cfgs] == [os.path.join(ablation.OUT, "sdpa"), os.path.join(ablation.OUT, "sdpa_seed2")]
+    assert [c.seed for c in cfgs] == [ablation.ARMS["sdpa"][1], ablation.ARMS["sdpa_seed2"][1]]
+    assert all(c.max_iters == 7 and c.attention == "sdpa" for c in cfgs)

@@ -64,3 +64,27 @@ def test_peak_gib(monkeypatch):
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30 + 2**29)
     assert bench_train.peak_gib(torch.device("cuda")) == 3.5
     assert bench_train.peak_gib(torch.device("cpu")) != bench_train.peak_gib(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("--lerning=1", "unknown config key 'lerning'"),
+    ("--block_sizes=abc", "block_sizes='abc': expected whole numbers >= 1"),
+    ("--block_sizes=1024,", "block_sizes='1024,': expected whole numbers >= 1"),
+    ("--steps=0", "steps=0: must be at least 1"),
+    ("--device=gpu", "device='gpu': expected auto, cpu, cuda or cuda:N"),
+    ("--attentions=sdpa,bogus", "unknown path(s) 'bogus'; the paths are auto, fp8, fp8_stale, sdpa, sdpa_cudnn,"),
+])
+def test_bad_arguments_are_config_errors(monkeypatch, arg, message):
+    """A bad argument ends bench_train.py with one `config error:` line naming it, before any path is timed."""
+    monkeypatch.setattr(bench_train, "bench", lambda *a: pytest.fail("bench() ran on a bad argument"))
+    with pytest.raises(SystemExit) as e:
+        bench_train.main(["--device=cpu", arg])
+    assert str(e.value).startswith("config error: ") and message in str(e.value), str(e.value)
+
+
+def test_fp8_where_it_cannot_run_is_refused_without_a_traceback():
+    """fp8 on the CPU: resolve_attention's reason, as the message of a clean exit."""
+    cfg = bench_train.BenchConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, tokens_per_step=32, warmup=0,
+                                  steps=1, compile=False, device="cpu")
+    with pytest.raises(SystemExit, match="attention=fp8 cannot run here"):
+        bench_train.bench(cfg, "fp8", 16, torch.device("cpu"))

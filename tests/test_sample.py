@@ -117,3 +117,40 @@ def test_seed_decides_the_draws(ckpt_dir, monkeypatch, capsys):
     assert a == b, "the same --seed gave different samples"
     assert a != c, "--seed=5 and --seed=6 gave the same samples"
     assert a[0] != a[1], "the two samples of one run should differ (the RNG runs on between them)"
+
+
+def test_bad_device_is_a_config_error(ckpt_dir):
+    """--device=gpu is refused as train.py refuses it, naming the key, not with torch's traceback."""
+    with pytest.raises(SystemExit, match=r"config error: device='gpu': expected auto, cpu, cuda or cuda:N"):
+        sample.main([f"--out_dir={ckpt_dir}", "--device=gpu"])
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("garbage", " is not a checkpoint train.py wrote: "),
+    ("truncated", " is not a checkpoint train.py wrote: "),
+    ("no meta", " has no 'meta'"),
+    ("no model_args", " has no 'model_args'"),
+    ("no tokenizer", " has no 'meta'"),
+    ("another model.py's model_args", ": its model does not load here: TypeError"),
+])
+def test_damaged_checkpoint_is_refused_naming_the_file(ckpt_dir, tmp_path, damage, message):
+    """A ckpt.pt that is not what train.py writes ends sample.py with one line naming the file and what is
+    wrong, not a traceback from torch.load or a KeyError."""
+    path = tmp_path / "ckpt.pt"
+    good = open(os.path.join(ckpt_dir, "ckpt.pt"), "rb").read()
+    if damage == "garbage":
+        path.write_bytes(b"garbage")
+    elif damage == "truncated":
+        path.write_bytes(good[:len(good) // 2])
+    else:
+        ckpt = torch.load(os.path.join(ckpt_dir, "ckpt.pt"), weights_only=False)
+        if damage == "no tokenizer":
+            ckpt["meta"] = {}
+        elif damage.startswith("another"):
+            ckpt["model_args"]["n_expert"] = 8
+        else:
+            del ckpt[damage[3:]]
+        torch.save(ckpt, path)
+    with pytest.raises(SystemExit) as e:
+        sample.main([f"--out_dir={tmp_path}", "--device=cpu", "--num_samples=1", "--max_new_tokens=2"])
+    assert str(e.value).startswith(f"{path}{message}") and "\n" not in str(e.value), str(e.value)
