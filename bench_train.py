@@ -118,6 +118,9 @@ def load_config(argv):
     for key in ("warmup", "n_kv_head"):
         if getattr(cfg, key) < 0:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
+    if cfg.n_embd % cfg.n_head or (cfg.n_kv_head and cfg.n_head % cfg.n_kv_head):
+        raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_head={cfg.n_head}, n_kv_head={cfg.n_kv_head}: n_embd must "
+                                       "be a multiple of n_head, and n_head of n_kv_head (0: n_head)")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):  # as train.py: torch.device would raise a traceback
         raise configurator.ConfigError(f"device={cfg.device!r}: expected auto, cpu, cuda or cuda:N")
     return cfg, attentions, block_sizes
