@@ -427,6 +427,18 @@ def test_tiling_by_shared_memory():
     assert A.config(128, "dq", small) is not A.CONFIGS[128]["dq"]
 
 
+def check_tiling(q, k, v, do, causal, out):
+    """A tiling other than CONFIGS computes the same function: run_kernel's out within TOL_DEQ of the
+    reference on the dequantized inputs, and every row of the matched dS sums to zero."""
+    sm_scale = 1.0 / math.sqrt(q.shape[-1])
+    deq = dequantized_reference(q, k, v, do, causal, sm_scale)
+    for name in ("o", "dq", "dk", "dv"):
+        assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
+    o, lse = A._forward(q, k, v, causal, sm_scale)
+    info = A._backward(do, q, k, v, o, lse, causal, sm_scale, "matched", debug=True)[3]
+    assert (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"]).max() < 1e-6
+
+
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with FP8 tensor cores")
 def test_gpu_shared_memory_limit():
     """The limit the launchers read is the one Triton holds launches to, and a Hopper GPU takes the
@@ -447,15 +459,9 @@ def test_small_shared_memory_tiling(causal, monkeypatch):
     launched, launch = [], A._launch       # which tiling each launch took
     monkeypatch.setattr(A, "_launch", lambda kernel, grid, args, **c: (launched.append((kernel, c)), launch(kernel, grid, args, **c)))
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=31)
-    sm_scale = 1.0 / math.sqrt(D)
     out = run_kernel(q, k, v, do, causal)
     assert [c["BLOCK_N"] for kernel, c in launched if kernel is A._bwd_dq_kernel] == [64]
-    deq = dequantized_reference(q, k, v, do, causal, sm_scale)
-    for name in ("o", "dq", "dk", "dv"):
-        assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
-    o, lse = A._forward(q, k, v, causal, sm_scale)
-    info = A._backward(do, q, k, v, o, lse, causal, sm_scale, "matched", debug=True)[3]
-    assert (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"]).max() < 1e-6
+    check_tiling(q, k, v, do, causal, out)
 
 
 def test_fp16_and_explicit_scale():
@@ -982,14 +988,7 @@ def test_other_tilings(tiling, causal, monkeypatch):
     B, H, H_kv, N, D = 1, 2, 1, 200, 64
     monkeypatch.setitem(A.CONFIGS, D, ALT_TILINGS[tiling])
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=23)
-    sm_scale = 1.0 / math.sqrt(D)
-    out = run_kernel(q, k, v, do, causal)
-    deq = dequantized_reference(q, k, v, do, causal, sm_scale)
-    for name in ("o", "dq", "dk", "dv"):
-        assert rel_err(out[name], deq[name]) < TOL_DEQ[name], f"{name}: {describe(out[name], deq[name])}"
-    o, lse = A._forward(q, k, v, causal, sm_scale)
-    info = A._backward(do, q, k, v, o, lse, causal, sm_scale, "matched", debug=True)[3]
-    assert (info["ds_rowsum"].abs() / info["pdp_abs_rowsum"]).max() < 1e-6
+    check_tiling(q, k, v, do, causal, run_kernel(q, k, v, do, causal))
 
 
 def test_delta_stats_monitor():
