@@ -1080,6 +1080,8 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     or v makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than
     with SDPA, which spreads it only to the rows that attend to it."""
     _check_inputs(q, k, v, delta)
+    if not isinstance(causal, (bool, int)):     # bool("False") is True
+        raise TypeError(f"attention: causal must be True or False, got {causal!r}")
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else _checked_scale(sm_scale)
     if torch.compiler.is_compiling():
         return _fwd_op(q, k, v, bool(causal), float(sm_scale), delta)[0]

@@ -535,6 +535,7 @@ def test_bad_inputs_raise_clear_errors(monkeypatch):
     expect(ValueError, "head_dim 32 is not supported", q[..., :32], q[..., :32], q[..., :32])
     expect(ValueError, "delta must be", q, q, q, delta="fresh")
     expect(TypeError, "torch.Tensor", q.tolist(), q, q)
+    expect(TypeError, "causal must be True or False, got 'False'", q, q, q, causal="False")
     for scale in (-0.125, float("nan"), float("inf")):     # a negative one would meet the kernels' floor
         expect(ValueError, "sm_scale must be a finite number >= 0", q, q, q, sm_scale=scale)
     with pytest.raises(ValueError, match="sm_scale must be"):
