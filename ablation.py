@@ -30,6 +30,9 @@ ARMS = {  # name: (attention path, seed)
     "fp8": ("fp8", 1337),
     "fp8_stale_seed2": ("fp8_stale", 2024),   # the FP8 arms' own seed-to-seed spread
     "fp8_seed2": ("fp8", 2024),
+    "sdpa_seed3": ("sdpa", 7),                # a third seed, where two disagree
+    "fp8_stale_seed3": ("fp8_stale", 7),
+    "fp8_seed3": ("fp8", 7),
 }
 DEFAULT_ARMS = ["sdpa", "sdpa_seed2", "fp8_stale", "fp8"]   # what `run` trains without --arms=
 ARM_KEYS = ("attention", "seed", "out_dir")   # what `run` sets per arm, so no override may
