@@ -6,8 +6,9 @@
 #                                          # 3.3x the README's block-1024 ablation): sdpa, fp8_stale, fp8
 #   bash results/ablation_more.sh medium   # a 354M model (24 layers, n_embd 1024, head dim 128), block
 #                                          # 1024, no QK-norm, STEPS (300) steps of 65,536 tokens; two arms
-#                                          # per device call: ARMS="sdpa fp8", then "sdpa_seed2 fp8_stale",
-#                                          # then "fp8_seed2 fp8_stale_seed2"
+#                                          # per device call (2.2-3.2 min each on an H100): ARMS="fp8
+#                                          # fp8_stale", then "fp8_seed2 fp8_stale_seed2", "sdpa sdpa_seed2",
+#                                          # "fp8_seed3 fp8_stale_seed3", "sdpa_seed3" (2026-12-05)
 # On the device machine (no network there), with carry ".carry/tiktoken_cache" made by
 #   mkdir -p .carry/tiktoken_cache && cp ../shared/tiktoken_cache/* .carry/tiktoken_cache/
 # Metrics go to $OUT/<mode> (out-ablation links there, so a run cut short still brings back what it wrote).
