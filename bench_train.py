@@ -10,7 +10,6 @@ Paths: sdpa (PyTorch's own backend choice), sdpa_cudnn / sdpa_flash (that SDPA b
 fp8_stale, auto (fp8 where it runs, else sdpa). Each path compiles afresh (~1 min for 12 layers), so keep
 the list short per call.
 """
-import re
 import sys
 import time
 from contextlib import nullcontext
@@ -121,8 +120,7 @@ def load_config(argv):
     if cfg.n_embd % cfg.n_head or (cfg.n_kv_head and cfg.n_head % cfg.n_kv_head):
         raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_head={cfg.n_head}, n_kv_head={cfg.n_kv_head}: n_embd must "
                                        "be a multiple of n_head, and n_head of n_kv_head (0: n_head)")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):  # as train.py: torch.device would raise a traceback
-        raise configurator.ConfigError(f"device={cfg.device!r}: expected auto, cpu, cuda or cuda:N")
+    configurator.check_device(cfg.device)
     return cfg, attentions, block_sizes
 
 

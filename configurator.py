@@ -9,12 +9,19 @@ that names the key (nanoGPT's configurator accepts typos silently; this one does
 import dataclasses
 import difflib
 import os
+import re
 import types
 import typing
 
 
 class ConfigError(ValueError):
     pass
+
+
+def check_device(device):
+    """The device settings the scripts share: auto, cpu, cuda, cuda:N (torch.device would raise a traceback)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ConfigError(f"device={device!r}: expected auto, cpu, cuda or cuda:N")
 
 
 def _convert(key, value, typ, where):

@@ -6,7 +6,6 @@ Sample text from a checkpoint written by train.py.
     python sample.py --start=FILE:prompt.txt --temperature=0.7 --top_k=50
 """
 import os
-import re
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import torch
 import configurator
 from data.common import get_tokenizer
 from model import GPT, GPTConfig, resolve_attention
+from train import load_checkpoint
 
 
 @dataclass
@@ -37,8 +37,7 @@ class SampleConfig:
 def main(argv=None):
     try:
         cfg = configurator.parse(SampleConfig(), sys.argv[1:] if argv is None else argv)
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):  # as train.py: torch.device would raise a traceback
-            raise configurator.ConfigError(f"device={cfg.device!r}: expected auto, cpu, cuda or cuda:N")
+        configurator.check_device(cfg.device)
     except configurator.ConfigError as e:
         raise SystemExit(f"config error: {e}")
     if cfg.temperature < 0 or cfg.top_k < 0:
@@ -56,16 +55,7 @@ def main(argv=None):
     path = os.path.join(cfg.out_dir, "ckpt.pt")
     if not os.path.exists(path):
         raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: it holds RNG states too
-    except Exception as e:  # garbage or a truncated save: torch raises anything from ValueError to EOFError
-        raise SystemExit(f"{path} is not a checkpoint train.py wrote: {type(e).__name__}: {e}")
-    if not isinstance(ckpt, dict):
-        raise SystemExit(f"{path} is not a checkpoint train.py wrote: it holds a {type(ckpt).__name__}, not a dict")
-    for key, inner in (("model_args", ("n_embd", "n_head")), ("model", ()), ("meta", ("tokenizer",))):
-        if key not in ckpt or not isinstance(ckpt[key], dict) or any(k not in ckpt[key] for k in inner):
-            raise SystemExit(f"{path} has no {key!r}" + (f" (with {', '.join(map(repr, inner))})" if inner else "")
-                             + ": it is not a checkpoint train.py wrote")
+    ckpt = load_checkpoint(path, ("model_args", "model", "meta"))
     model_args = dict(ckpt["model_args"])
     try:  # any path runs any checkpoint
         model_args["attention"], _ = resolve_attention(cfg.attention, device, model_args["n_embd"] // model_args["n_head"])

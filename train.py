@@ -14,7 +14,6 @@ import json
 import math
 import os
 import random
-import re
 import sys
 import time
 from contextlib import nullcontext
@@ -89,8 +88,7 @@ def load_config(argv):
                 "log_interval", "eval_tokens"):
         if getattr(cfg, key) < 1:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be at least 1")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.device):
-        raise configurator.ConfigError(f"device={cfg.device!r}: expected auto, cpu, cuda or cuda:N")
+    configurator.check_device(cfg.device)
     for key, lo, hi in (("dropout", 0, 1), ("beta1", 0, 1), ("beta2", 0, 1)):
         if not lo <= getattr(cfg, key) < hi:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be in [{lo}, {hi})")
@@ -243,21 +241,21 @@ def set_rng_state(state, device):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-CKPT_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "rng")
+RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "rng")
 
 
-def load_checkpoint(path):
-    """A checkpoint save_checkpoint wrote, or an error that names the file and what is wrong with it."""
+def load_checkpoint(path, keys=RESUME_KEYS):
+    """A checkpoint save_checkpoint wrote, with the keys its reader needs, or an error that names the
+    file and what is wrong with it (sample.py reads them too)."""
     if not os.path.exists(path):
-        raise SystemExit(f"--init_from=resume: no checkpoint at {path}")
+        raise SystemExit(f"no checkpoint at {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states too
-    except Exception as e:  # truncated, not a torch file, pickled classes that are gone: all unreadable
-        raise SystemExit(f"--init_from=resume: cannot read {path} ({type(e).__name__}: {e}); is it a "
-                         "checkpoint train.py wrote?")
-    missing = [k for k in CKPT_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
+    except Exception as e:  # truncated, not a torch file, pickled classes that are gone: torch raises any of these
+        raise SystemExit(f"{path} is not a checkpoint train.py wrote: {type(e).__name__}: {e}")
+    missing = [k for k in keys if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
-        raise SystemExit(f"--init_from=resume: {path} has no {', '.join(missing)}: not a checkpoint train.py wrote")
+        raise SystemExit(f"{path} has no {', '.join(map(repr, missing))}: it is not a checkpoint train.py wrote")
     return ckpt
 
 
