@@ -95,6 +95,10 @@ def load_config(argv):
     for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip", "warmup_iters", "lr_decay_iters"):
         if not getattr(cfg, key) >= 0:  # written so that nan fails too (nan < 0 is False)
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
+    if cfg.n_embd < 1 or cfg.n_layer < 0:
+        raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_layer={cfg.n_layer}: a model needs n_embd >= 1 and n_layer >= 0")
+    if cfg.pos == "rope" and not (cfg.rope_base > 1 and math.isfinite(cfg.rope_base)):  # base^(-2i/d) must fall
+        raise configurator.ConfigError(f"rope_base={cfg.rope_base}: must be a finite number > 1")
     if cfg.n_head < 1 or cfg.n_embd % cfg.n_head:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head} (head dim n_embd / n_head)")
     if cfg.pos == "rope" and (cfg.n_embd // cfg.n_head) % 2:

@@ -213,6 +213,8 @@ def test_loss_falls_and_run_leaves_checkpoint_and_log(data_dir, tmp_path, capsys
     ([f"--seed={2**64}"], "seed=18446744073709551616: must be in [0, 2^32)"),
     (["--out_dir="], "out_dir is empty"),
     (["--dataset="], "dataset is empty"),
+    (["--rope_base=0"], "rope_base=0.0: must be a finite number > 1"),
+    (["--n_embd=0"], "n_embd=0, n_layer=2: a model needs n_embd >= 1"),
 ])
 def test_seed_out_dir_and_dataset_errors(data_dir, tmp_path, argv, words):
     with pytest.raises(SystemExit, match=re.escape(f"config error: {words}")):
