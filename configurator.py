@@ -84,7 +84,12 @@ def parse(cfg, argv):
                 raise ConfigError(f"config file {arg} not found (arguments are preset files or --key=value)")
             namespace = {}
             with open(arg) as f:
-                exec(compile(f.read(), arg, "exec"), namespace)
+                source = f.read()
+            try:
+                code = compile(source, arg, "exec")
+            except SyntaxError as e:
+                raise ConfigError(f"config file {arg}, line {e.lineno}: {e.msg}")
+            exec(code, namespace)
             for key, value in namespace.items():
                 if not key.startswith("_") and not isinstance(value, types.ModuleType):
                     _set(cfg, key, value, arg, hints)

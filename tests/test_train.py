@@ -81,6 +81,13 @@ def test_config_errors_name_the_key(argv, words):
     assert words in str(e.value)
 
 
+def test_preset_with_a_syntax_error_names_file_and_line(tmp_path):
+    preset = tmp_path / "p.py"
+    preset.write_text("n_layer = 3\nlearning_rate = = 1e-3\n")
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"config file {preset}, line 2: invalid syntax")):
+        configurator.parse(train.TrainConfig(), [str(preset)])
+
+
 def test_preset_errors_name_the_key_and_file(tmp_path):
     bad_key, bad_type = tmp_path / "k.py", tmp_path / "t.py"
     bad_key.write_text("n_layers = 4\n")
