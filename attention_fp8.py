@@ -1076,9 +1076,9 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     strides, each tensor spanning fewer than 2^31 elements (32-bit offsets; larger calls raise).
     sm_scale >= 0, default 1 / sqrt(D). delta="matched" (Delta-Matching) or "stale" (rowsum(dO * O),
     the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout; differentiable in q, k, v
-    once (no create_graph=True: the FP8 backward has no gradient of its own). An inf or NaN in q, k
-    or v makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than
-    with SDPA, which spreads it only to the rows that attend to it."""
+    once (no create_graph=True: the FP8 backward has no gradient of its own). An inf in q, k or v
+    makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than with
+    SDPA, which spreads it only to the rows that attend to it; a NaN stays in its own element."""
     _check_inputs(q, k, v, delta)
     if not isinstance(causal, (bool, int)):     # bool("False") is True
         raise TypeError(f"attention: causal must be True or False, got {causal!r}")
