@@ -289,6 +289,27 @@ def gluon_at_every_size(monkeypatch):
         monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", 0)
 
 
+def test_nonfinite_inputs_reach_the_rows_the_readme_says():
+    """README ("The kernel in your own model"): a NaN stays in its own element's rows of O, as with SDPA,
+    while an inf turns its whole scale tile (64 queries, 128 keys) into NaN."""
+    B, H, N, D = 1, 1, 130, 64
+    q, k, v, _ = make_inputs(B, H, H, N, D, seed=37)
+
+    def poke(x, row, value):
+        x = x.clone()
+        x[0, 0, row, 3] = value
+        return x
+
+    def nan_rows(q, k):
+        return set(attention(q, k, v)[0, 0].isnan().any(-1).nonzero().flatten().tolist())
+
+    nan, inf = float("nan"), float("inf")
+    assert nan_rows(poke(q, 70, nan), k) == {70}
+    assert nan_rows(poke(q, 70, inf), k) == set(range(64, 128))     # its query tile
+    assert nan_rows(q, poke(k, 100, nan)) == set(range(100, N))     # the queries that see key 100, as SDPA
+    assert nan_rows(q, poke(k, 100, inf)) == set(range(N))          # every query sees keys of its tile 0-127
+
+
 def test_zero_tiles(monkeypatch):
     """Whole tiles of zeros: a key tile of V and a query tile of dO (no loss reaches those rows:
     padding, or masked positions in the last layer), with large V and dO. The quantizer flushes such
