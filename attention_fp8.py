@@ -1032,13 +1032,18 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: unsupported device {dev}; use a CUDA GPU")
 
 
-def _checked_scale(sm_scale):
+def _causal_and_scale(q, causal, sm_scale):
+    """causal as a bool and sm_scale as a float (default 1 / sqrt(D)), checked."""
+    if not isinstance(causal, (bool, int)):     # bool("False") is True
+        raise TypeError(f"attention: causal must be True or False, got {causal!r}")
+    if sm_scale is None:
+        return bool(causal), 1.0 / math.sqrt(q.shape[-1])
     # The kernels floor the factor from an FP8 dot to S at 1e-30 (zero tiles, _fwd_inner): a negative
     # scale would come out as that floor, near-uniform attention, not as an error.
     scale = float(sm_scale)
     if not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"attention: sm_scale must be a finite number >= 0, got {sm_scale!r}")
-    return scale
+    return bool(causal), scale
 
 
 @torch.no_grad()
@@ -1055,7 +1060,7 @@ def delta_stats(q, k, v, do, causal=True, sm_scale=None):
     if not (isinstance(do, torch.Tensor) and do.shape == q.shape and do.dtype == q.dtype and do.device == q.device):
         got = f"{tuple(do.shape)} {do.dtype} on {do.device}" if isinstance(do, torch.Tensor) else type(do).__name__
         raise ValueError(f"delta_stats: do must be a tensor like q ({tuple(q.shape)} {q.dtype} on {q.device}), got {got}")
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else _checked_scale(sm_scale)
+    causal, sm_scale = _causal_and_scale(q, causal, sm_scale)
     o, lse = _forward(q, k, v, causal, sm_scale)
     stats = {}
     for arm in ("matched", "stale"):
@@ -1080,9 +1085,7 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than with
     SDPA, which spreads it only to the rows that attend to it; a NaN stays in its own element."""
     _check_inputs(q, k, v, delta)
-    if not isinstance(causal, (bool, int)):     # bool("False") is True
-        raise TypeError(f"attention: causal must be True or False, got {causal!r}")
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else _checked_scale(sm_scale)
+    causal, sm_scale = _causal_and_scale(q, causal, sm_scale)
     if torch.compiler.is_compiling():
-        return _fwd_op(q, k, v, bool(causal), float(sm_scale), delta)[0]
-    return _Attention.apply(q, k, v, bool(causal), float(sm_scale), delta)
+        return _fwd_op(q, k, v, causal, sm_scale, delta)[0]
+    return _Attention.apply(q, k, v, causal, sm_scale, delta)

@@ -561,6 +561,8 @@ def test_bad_inputs_raise_clear_errors(monkeypatch):
         expect(ValueError, "sm_scale must be a finite number >= 0", q, q, q, sm_scale=scale)
     with pytest.raises(ValueError, match="sm_scale must be"):
         A.delta_stats(q, q, q, q, sm_scale=-1.0)
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        A.delta_stats(q, q, q, q, causal="False")
     for tile in (48, 256):          # not a power of two; larger than the padding (a grid of no programs)
         with pytest.raises(ValueError, match="tile must be 16, 32, 64 or 128 rows"):
             A.quantize(q, tile)
