@@ -95,7 +95,7 @@ def test_prepare_into_a_file_says_so(tmp_path):
             prepare(str(tmp_path / "in.txt"), str(out), tokenizer="bytes")
 
 
-def test_shard_writer_splits_documents_and_removes_stale_shards(tmp_path):
+def test_shard_writer_splits_documents_and_removes_stale_shards(tmp_path, monkeypatch):
     docs = [np.arange(i * 10, i * 10 + 7, dtype=np.uint16) for i in range(4)]  # 28 tokens
     w = ShardWriter(str(tmp_path), "t", "train", shard_tokens=10)
     for d in docs:
@@ -104,6 +104,11 @@ def test_shard_writer_splits_documents_and_removes_stale_shards(tmp_path):
     paths = shard_paths(str(tmp_path), "train")
     assert [len(read_shard(p)) for p in paths] == [10, 10, 8]  # documents straddle shards, as in llm.c
     assert np.array_equal(np.concatenate([read_shard(p) for p in paths]), np.concatenate(docs))
+    # in shard order whatever order the folder lists them in (os.listdir's is arbitrary)
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: sorted(listdir(path), reverse=True))
+    assert shard_paths(str(tmp_path), "train") == paths
+    monkeypatch.undo()
     w = ShardWriter(str(tmp_path), "t", "train", shard_tokens=10)  # a re-run that makes fewer shards
     w.add(docs[0])
     w.close()

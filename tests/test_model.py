@@ -84,8 +84,9 @@ def test_parameter_count_weight_tying_and_gqa():
 
 def test_scaled_init_and_optimizer_groups():
     m = tiny(n_layer=8, n_embd=256)
-    proj = torch.cat([b.attn.c_proj.weight.flatten() for b in m.transformer.h])
-    assert abs(proj.std().item() / (0.02 / math.sqrt(16)) - 1) < 0.05
+    for branch in ("attn", "mlp"):      # the projections back into the residual stream: std 0.02 / sqrt(2 n_layer)
+        proj = torch.cat([getattr(b, branch).c_proj.weight.flatten() for b in m.transformer.h])
+        assert abs(proj.std().item() / (0.02 / math.sqrt(16)) - 1) < 0.05, branch
     assert abs(m.transformer.h[0].mlp.c_fc.weight.std().item() / 0.02 - 1) < 0.05
     opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
     decay, no_decay = opt.param_groups

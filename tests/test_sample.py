@@ -23,7 +23,10 @@ START = "ab"
 
 @pytest.fixture(scope="module")
 def ckpt_dir(tmp_path_factory):
-    config = GPTConfig(block_size=16, vocab_size=320, n_layer=1, n_head=2, n_kv_head=2, n_embd=32, attention="sdpa")
+    # trained with dropout, as train.py records it in model_args: sampling must run in eval mode, or every
+    # comparison below with the eval-mode generate() fails
+    config = GPTConfig(block_size=16, vocab_size=320, n_layer=1, n_head=2, n_kv_head=2, n_embd=32, dropout=0.5,
+                       attention="sdpa")
     torch.manual_seed(0)
     m = GPT(config)
     with torch.no_grad():  # sharpen: the block's matrices x30, the tied embedding (listed once, as wte) x8

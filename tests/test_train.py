@@ -391,11 +391,12 @@ def test_learning_rate_schedule():
 
 def test_evaluate_is_the_mean_loss_per_token():
     """evaluate() averages over every token of every val window, whatever the batch split (5 windows
-    in batches of 2: the last batch is smaller), and leaves the model in training mode."""
+    in batches of 2: the last batch is smaller), in eval mode (dropout 0.5 here: in training mode the
+    loss would differ), and leaves the model in training mode."""
     from contextlib import nullcontext
     from model import GPTConfig
     torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_kv_head=2, n_embd=32))
+    model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_kv_head=2, n_embd=32, dropout=0.5))
     windows = torch.randint(0, 64, (5, 17))
     got = train.evaluate(model, windows, 2, 0, 1, torch.device("cpu"), nullcontext())["val_loss"]
     assert model.training, "evaluate() must hand the model back in training mode"
@@ -404,6 +405,52 @@ def test_evaluate_is_the_mean_loss_per_token():
         logits, _ = model(windows[:, :-1], windows[:, 1:])
         want = torch.nn.functional.cross_entropy(logits.reshape(-1, 64).double(), windows[:, 1:].reshape(-1)).item()
     assert got == pytest.approx(want, rel=1e-5), f"val loss {got}, the mean over all tokens is {want}"
+
+
+def test_grad_norm_is_that_of_the_mean_loss_over_the_step(data_dir, tmp_path, monkeypatch):
+    """The step's gradient is that of the mean loss over its micro-batches: the logged grad_norm (clipping
+    off) equals the norm of that gradient, computed here apart from the trainer from the same initial
+    weights and windows. Micro-batch losses not divided by their number would give a gradient 3 times
+    too large (and clip at a third of grad_clip); the logged loss alone would not show it."""
+    from model import GPTConfig
+    built = []
+
+    def gpt(config):    # the trainer's model, and a copy of its weights before the first step
+        model = GPT(config)
+        built.append((config, {k: v.clone() for k, v in model.state_dict().items()}))
+        return model
+    monkeypatch.setattr(train, "GPT", gpt)
+    out = tmp_path / "g"
+    train.main(args(data_dir, out, "--max_iters=1", "--grad_clip=0", "--save_checkpoint=False",
+                    "--gradient_accumulation_steps=3"))
+    row = next(r for r in map(json.loads, open(out / "metrics.jsonl")) if "grad_norm" in r)
+    (config, weights), = built
+    model = GPT(config)
+    model.load_state_dict(weights)
+    data = train.TrainData(data_dir, config.block_size, seed=1337, vocab_size=config.vocab_size)
+    loss = sum(model(*data.batch(0, micro, 4, torch.device("cpu")))[1] for micro in range(3)) / 3
+    loss.backward()
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()
+    assert row["loss"] == pytest.approx(loss.item(), rel=1e-5), (row["loss"], loss.item())
+    assert row["grad_norm"] == pytest.approx(norm, rel=1e-4), f"logged grad norm {row['grad_norm']}, the mean loss's {norm}"
+
+
+def test_every_model_setting_reaches_the_model(data_dir, tmp_path, monkeypatch):
+    """Each model setting given on the command line is the one the GPT is built with: none is dropped on
+    the way and left at GPTConfig's default (test_arch_keys_are_every_model_setting_a_checkpoint_fixes
+    checks the list of them, this the values)."""
+    from dataclasses import asdict
+    built = []
+    monkeypatch.setattr(train, "GPT", lambda config: built.append(config) or GPT(config))
+    given = dict(n_layer=1, n_head=4, n_kv_head=2, n_embd=32, bias=True, qk_norm=True, pos="rope", rope_base=777.0,
+                 dropout=0.25, block_size=16)
+    a = args(data_dir, tmp_path / "s", "--max_iters=1", "--save_checkpoint=False")
+    train.main(a + [f"--{k}={v}" for k, v in given.items()])
+    got = asdict(built[0])
+    assert {k: got[k] for k in given} == given
+    built.clear()
+    train.main(a + ["--pos=learned", "--n_kv_head=1"])
+    assert (built[0].pos, built[0].n_kv_head) == ("learned", 1)
 
 
 def test_grad_clip_takes_effect(data_dir, tmp_path):
