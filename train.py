@@ -425,7 +425,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if peak_flops(device_name) is None:
         say(f"MFU: n/a (unknown peak for {device_name})")
 
-    log_file, log_path = None, os.path.join(cfg.out_dir, "metrics.jsonl")
+    log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
     if master:  # one log per run; a resumed run continues its log, a new one keeps an earlier run's under another name
         if cfg.init_from == "scratch" and os.path.exists(log_path):
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(log_path)))
@@ -435,12 +435,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         if cfg.init_from == "scratch" and os.path.exists(ckpt_path):
             say(f"out_dir: {ckpt_path} is an earlier run's; this run replaces it at its first save "
                 "(--init_from=resume continues it instead)")
-        log_file = open(log_path, "a" if cfg.init_from == "resume" else "w")
 
-    def log(**row):
+    def log(**row):  # appended and closed line by line: a run that stops anywhere leaves a whole log
         if master:
-            log_file.write(json.dumps(row) + "\n")
-            log_file.flush()
+            with open(log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
 
     log(event="start", attention=attention, device=device_name, world=world, torch=torch.__version__,
         params=raw_model.get_num_params(), config=asdict(cfg))
@@ -529,8 +528,6 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         iter_num += 1
         bar.update(1)
     bar.close()
-    if master:
-        log_file.close()
     return last_loss
 
 

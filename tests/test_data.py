@@ -1,6 +1,7 @@
 """Token shards, their corruption errors, the tokenizer and its offline fallback, the prepare scripts."""
 import json
 import os
+import pathlib
 import re
 
 import numpy as np
@@ -31,7 +32,7 @@ def test_shard_round_trip(tmp_path):
 
 
 def _corrupt(path, how):
-    raw = bytearray(open(path, "rb").read())
+    raw = bytearray(pathlib.Path(path).read_bytes())
     if how == "magic":
         raw[0:4] = np.int32(12345).tobytes()
     elif how == "version":
@@ -42,7 +43,8 @@ def _corrupt(path, how):
         raw += b"\0\0"
     elif how == "header_only":
         raw = raw[:100]
-    open(path, "wb").write(bytes(raw))
+    with open(path, "wb") as f:
+        f.write(bytes(raw))
 
 
 @pytest.mark.parametrize("how,words", [("magic", "magic 12345"), ("version", "version 2"),
@@ -70,7 +72,7 @@ def test_missing_data_errors(tmp_path):
     # script (a tmp copy: the repository's data/shakespeare/ has a meta.json once the user prepared it)
     folder = tmp_path / "shakespeare"
     folder.mkdir()
-    (folder / "prepare.py").write_text(open(os.path.join(ROOT, "data", "shakespeare", "prepare.py")).read())
+    (folder / "prepare.py").write_text(pathlib.Path(ROOT, "data", "shakespeare", "prepare.py").read_text())
     assert common.prepare_command(str(folder)).endswith(os.path.join("shakespeare", "prepare.py"))
 
 
@@ -157,7 +159,7 @@ def test_builtin_corpus_is_deterministic_and_split_by_file(tmp_path):
     assert meta["tokenizer"] == "bytes" and meta["vocab_size"] == 257 and meta["val_files"] >= 4
     for split in ("train", "val"):
         (pa,), (pb,) = shard_paths(a, split), shard_paths(b, split)
-        assert open(pa, "rb").read() == open(pb, "rb").read(), "the same machine must give the same shards"
+        assert pathlib.Path(pa).read_bytes() == pathlib.Path(pb).read_bytes(), "the same machine must give the same shards"
         assert len(read_shard(pa)) == meta[f"{split}_tokens"]
         # byte tokens never equal 256, so the EOT count is the document count: one before every file
         assert len(_documents(pa, 256)) == meta[f"{split}_files"]
@@ -189,7 +191,7 @@ def test_shakespeare_prepare_from_local_file(tmp_path):
     from data.shakespeare.prepare import prepare
     out = str(tmp_path / "shakespeare")
     counts = prepare(SHAKESPEARE, out, tokenizer="bytes")
-    n = len(open(SHAKESPEARE, encoding="utf-8").read())  # the file is ASCII: one byte per character
+    n = len(pathlib.Path(SHAKESPEARE).read_text(encoding="utf-8"))  # the file is ASCII: one byte per character
     assert counts == {"val_tokens": n - int(0.9 * n) + 1, "train_tokens": int(0.9 * n) + 1}
     assert read_shard(shard_paths(out, "train")[0])[:6].tolist() == [256] + list(b"First")
     assert SHAKESPEARE in load_meta(out)["prepare"]
@@ -200,7 +202,7 @@ def test_fineweb_prepare_keeps_intact_files_and_replaces_corrupt_ones(tmp_path, 
     out = str(tmp_path / "fw")
     os.makedirs(out)
     write_shard(os.path.join(out, "fineweb_val_000000.bin"), np.arange(50, dtype=np.uint16))
-    open(os.path.join(out, "fineweb_train_000001.bin"), "wb").write(b"half a download")
+    pathlib.Path(out, "fineweb_train_000001.bin").write_bytes(b"half a download")
     fetched = []
 
     def fake_download(url, path):
@@ -214,7 +216,7 @@ def test_fineweb_prepare_keeps_intact_files_and_replaces_corrupt_ones(tmp_path, 
     fetched.clear()
     fw.prepare("fineweb10B", train_shards=2, out_dir=out)  # re-running downloads nothing
     assert fetched == []
-    assert json.load(open(os.path.join(out, "meta.json")))["source"].endswith("kjj0/fineweb10B-gpt2")
+    assert json.loads(pathlib.Path(out, "meta.json").read_text())["source"].endswith("kjj0/fineweb10B-gpt2")
 
 
 def test_names_that_look_like_splits_and_odd_folders(tmp_path, monkeypatch):

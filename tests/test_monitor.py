@@ -22,7 +22,7 @@ def test_delta_monitor_logs_and_leaves_training_alone(data_dir, tmp_path):  # no
     off, on = metrics(tmp_path / "off"), metrics(tmp_path / "on")
     assert off == on, "the monitor changed the training run"
     import json
-    rows = [json.loads(line) for line in open(tmp_path / "on" / "metrics.jsonl")]
+    rows = [json.loads(line) for line in (tmp_path / "on" / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "val_loss" in r]
     assert [r["iter"] for r in evals] == [0, 2, 4]
     for r in evals:

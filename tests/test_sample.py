@@ -139,7 +139,8 @@ def test_damaged_checkpoint_is_refused_naming_the_file(ckpt_dir, tmp_path, damag
     """A ckpt.pt that is not what train.py writes ends sample.py with one line naming the file and what is
     wrong, not a traceback from torch.load or a KeyError."""
     path = tmp_path / "ckpt.pt"
-    good = open(os.path.join(ckpt_dir, "ckpt.pt"), "rb").read()
+    with open(os.path.join(ckpt_dir, "ckpt.pt"), "rb") as f:
+        good = f.read()
     if damage == "garbage":
         path.write_bytes(b"garbage")
     elif damage == "truncated":

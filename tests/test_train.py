@@ -36,8 +36,13 @@ def args(data_dir, out_dir, *extra):
             "--learning_rate=3e-3", "--min_lr=3e-4", "--warmup_iters=2", *extra]
 
 
+def log_rows(out_dir):
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
 def metrics(out_dir):
-    rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+    rows = log_rows(out_dir)
     losses = {r["iter"]: r["loss"] for r in rows if "loss" in r}
     vals = {r["iter"]: r["val_loss"] for r in rows if "val_loss" in r}
     return losses, vals
@@ -206,7 +211,7 @@ def test_loss_falls_and_run_leaves_checkpoint_and_log(data_dir, tmp_path, capsys
     first, last = sum(losses[i] for i in range(3)) / 3, sum(losses[i] for i in range(37, 40)) / 3
     assert first > 5.0 and last < first - 1.5, (first, last)  # ln(320) = 5.8 at the start for byte tokens
     assert vals[40] < vals[0] - 1.5
-    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    rows = log_rows(out)
     assert rows[0]["event"] == "start" and rows[0]["attention"] == "sdpa"
     assert {"iter", "loss", "lr", "grad_norm", "tok_per_s"} <= set(rows[-2])  # mfu: n/a on a CPU
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)
@@ -423,7 +428,7 @@ def test_grad_norm_is_that_of_the_mean_loss_over_the_step(data_dir, tmp_path, mo
     out = tmp_path / "g"
     train.main(args(data_dir, out, "--max_iters=1", "--grad_clip=0", "--save_checkpoint=False",
                     "--gradient_accumulation_steps=3"))
-    row = next(r for r in map(json.loads, open(out / "metrics.jsonl")) if "grad_norm" in r)
+    row = next(r for r in log_rows(out) if "grad_norm" in r)
     (config, weights), = built
     model = GPT(config)
     model.load_state_dict(weights)
