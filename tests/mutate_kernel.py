@@ -12,6 +12,7 @@ kernels of attention_fp8_hopper.py run only on a Hopper GPU:
                                               # every size (FP8_GLUON_EVERYWHERE=1)
 
 A bug whose text no longer matches the source is reported as stale: edit it here along with the kernel.
+tests/mutate_trainer.py does the same for the trainer, model and data code with this file's runner.
 """
 import argparse
 import os
@@ -107,28 +108,26 @@ GLUON_BUGS = {
 GLUON_TESTS = ["-k", "against_fp32 or hopper or zero or weighted or dv_is or invariant"]
 
 
-def run(name, timeout, gluon=False):
-    """Plants bug `name` (None: none, the baseline) in a copy and runs the tests there."""
-    old, new, _ = (GLUON_BUGS if gluon else BUGS)[name] if name else ("", "", "")
+def run(name, bug, timeout, tests, env=None):
+    """Plants `bug` = (file, text, what it becomes) in a copy of the repository (None: no bug, the
+    baseline) and runs pytest with `tests` there. Returns (name, verdict, detail)."""
     with tempfile.TemporaryDirectory() as tmp:
-        # what test_attention.py reads: the Python files at the top (kernels, conftest, kernel_registers)
-        # and tests/ (the interpreter's shim); not data, results or checkpoints
-        for f in os.listdir(ROOT):
-            if f.endswith(".py"):
-                shutil.copy(os.path.join(ROOT, f), tmp)
-        shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(tmp, "tests"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        target = "attention_fp8_hopper.py" if gluon else "attention_fp8.py"
-        path = os.path.join(tmp, target)
-        source = open(path).read()
-        if name and source.count(old) != 1:
-            return name, "stale", f"its text occurs {source.count(old)} times in {target}"
-        open(path, "w").write(source.replace(old, new) if name else source)
-        env = dict(os.environ, **({"FP8_GLUON_EVERYWHERE": "1"} if gluon else {}))
+        # the code, tests and presets; not data shards, results, checkpoints or the git history
+        repo = os.path.join(tmp, "repo")
+        shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".git", ".carry", "results", "out*", "*.bin", "*.pt",
+                                                                  "__pycache__", ".pytest_cache", ".benchmarks"))
+        if bug:
+            target, old, new = bug
+            path = os.path.join(repo, target)
+            with open(path) as f:
+                source = f.read()
+            if source.count(old) != 1:
+                return name, "stale", f"its text occurs {source.count(old)} times in {target}"
+            with open(path, "w") as f:
+                f.write(source.replace(old, new))
         try:
-            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "test_attention.py",
-                                *(GLUON_TESTS if gluon else [])], cwd=tmp, capture_output=True, text=True,
-                               timeout=timeout, env=env)
+            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], cwd=repo,
+                               capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
         except subprocess.TimeoutExpired:
             return name, "timeout", f"the tests ran past {timeout} s"
         failed = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("FAILED")]
@@ -137,6 +136,21 @@ def run(name, timeout, gluon=False):
         if r.returncode == 0:
             return name, "NOT CAUGHT", "every test passed"
         return name, "error", (r.stdout + r.stderr).strip().splitlines()[-1]
+
+
+def run_all(bugs, tests, args, env=None):
+    """The baseline, then every bug of `bugs` ({name: (file, text, becomes, what)}) whose name contains
+    args.k, args.j at a time, printed as they finish (a run cut short keeps what it has)."""
+    names = [n for n in bugs if args.k in n]
+    # The copy without a bug must pass: else every bug would look caught.
+    _, verdict, detail = run(None, None, args.timeout, tests, env)
+    if verdict != "NOT CAUGHT":
+        sys.exit(f"the tests fail on the copy without a bug ({verdict}: {detail}); fix that first")
+    print("the copy without a bug passes the tests", flush=True)
+    with ThreadPoolExecutor(args.j) as pool:
+        for done in as_completed([pool.submit(run, n, bugs[n][:3], args.timeout, tests, env) for n in names]):
+            name, verdict, detail = done.result()
+            print(f"{name:<28} {verdict:<11} {bugs[name][3]}: {detail}", flush=True)
 
 
 def main():
@@ -150,17 +164,10 @@ def main():
         import torch
         if not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9):
             sys.exit("--gluon: the Gluon kernels run on a Hopper GPU (sm_90) only")
-    bugs = GLUON_BUGS if args.gluon else BUGS
-    names = [n for n in bugs if args.k in n]
-    # The copy without a bug must pass: else every bug would look caught.
-    _, verdict, detail = run(None, args.timeout, args.gluon)
-    if verdict != "NOT CAUGHT":
-        sys.exit(f"the tests fail on the copy without a bug ({verdict}: {detail}); fix that first")
-    print("the copy without a bug passes the tests", flush=True)
-    with ThreadPoolExecutor(args.j) as pool:     # printed as they finish: a run cut short keeps what it has
-        for done in as_completed([pool.submit(run, n, args.timeout, args.gluon) for n in names]):
-            name, verdict, detail = done.result()
-            print(f"{name:<28} {verdict:<11} {bugs[name][2]}: {detail}", flush=True)
+        bugs = {n: ("attention_fp8_hopper.py", *b) for n, b in GLUON_BUGS.items()}
+        run_all(bugs, ["test_attention.py", *GLUON_TESTS], args, {"FP8_GLUON_EVERYWHERE": "1"})
+    else:
+        run_all({n: ("attention_fp8.py", *b) for n, b in BUGS.items()}, ["test_attention.py"], args)
 
 
 if __name__ == "__main__":
