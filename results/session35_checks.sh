@@ -1,5 +1,6 @@
 #!/bin/bash
-# GPU checks of a session's HEAD in one device call (~6 min on an H100): the GPU suites under the
+# GPU checks of a session's HEAD in one device call (about 6 min, judged from step22_checks.sh's four
+# processes in 276 s; not yet run: on 2026-12-06 no GPU could be started in nine tries): the GPU suites under the
 # machine's Triton (3.6) and under 3.8 (carried: `bash results/carry_triton.sh build 3.8.0 3.12`, then
 # carry ".carry/triton-3.8.0.tar.xz" and ".carry/tiktoken_cache"), side by side on the one GPU:
 #   3.6: test_attention.py; everything under tests/; the Gluon kernels at every size
