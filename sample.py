@@ -56,6 +56,9 @@ def main(argv=None):
     if not os.path.exists(path):
         raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
     ckpt = load_checkpoint(path, ("model_args", "model", "meta"))
+    for key, inner in (("model_args", "n_embd"), ("model_args", "n_head"), ("meta", "tokenizer")):  # read below
+        if not isinstance(ckpt[key], dict) or inner not in ckpt[key]:
+            raise SystemExit(f"{path} has no {key!r} with {inner!r}: it is not a checkpoint train.py wrote")
     model_args = dict(ckpt["model_args"])
     try:  # any path runs any checkpoint
         model_args["attention"], _ = resolve_attention(cfg.attention, device, model_args["n_embd"] // model_args["n_head"])

@@ -133,6 +133,8 @@ def test_bad_device_is_a_config_error(ckpt_dir):
     ("truncated", " is not a checkpoint train.py wrote: "),
     ("no meta", " has no 'meta'"),
     ("no model_args", " has no 'model_args'"),
+    ("no tokenizer", " has no 'meta' with 'tokenizer'"),
+    ("no head count", " has no 'model_args' with 'n_head'"),
     ("another model.py's model_args", ": its model does not load here: TypeError"),
 ])
 def test_damaged_checkpoint_is_refused_naming_the_file(ckpt_dir, tmp_path, damage, message):
@@ -147,7 +149,11 @@ def test_damaged_checkpoint_is_refused_naming_the_file(ckpt_dir, tmp_path, damag
         path.write_bytes(good[:len(good) // 2])
     else:
         ckpt = torch.load(os.path.join(ckpt_dir, "ckpt.pt"), weights_only=False)
-        if damage.startswith("another"):
+        if damage == "no tokenizer":
+            ckpt["meta"] = {}
+        elif damage == "no head count":
+            del ckpt["model_args"]["n_head"]
+        elif damage.startswith("another"):
             ckpt["model_args"]["n_expert"] = 8
         else:
             del ckpt[damage[3:]]
