@@ -143,17 +143,15 @@ def main(argv=None):
           f"{cfg.n_layer} layers, d={cfg.n_embd}, {cfg.n_head} heads (head dim {cfg.n_embd // cfg.n_head}) | "
           f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} "
           "timed steps", flush=True)
-    rows = []
-    for block_size in block_sizes:
+    print("\n| T | attention | tokens/s | vs first | MFU (bf16 peak) | peak GiB |\n|---|---|---|---|---|---|", flush=True)
+    for block_size in block_sizes:  # each row as soon as it is measured: a long run shows its progress
         first = None
         for attention in attentions:
             tok_s, mfu, mem = bench(cfg, attention, block_size, device)
             first = first or tok_s
-            rows.append(f"| {block_size:>5} | {attention:<10} | {tok_s:>12,.0f} | {tok_s / first:5.2f}x | "
-                        + (f"{100 * mfu:5.1f}% |" if mfu is not None else "  n/a |") + f" {mem:6.1f} |")
-            print(rows[-1], flush=True)
-    print("\n| T | attention | tokens/s | vs first | MFU (bf16 peak) | peak GiB |\n|---|---|---|---|---|---|")
-    print("\n".join(rows))
+            print(f"| {block_size:>5} | {attention:<10} | {tok_s:>12,.0f} | {tok_s / first:5.2f}x | "
+                  + (f"{100 * mfu:5.1f}% |" if mfu is not None else "  n/a |")
+                  + (f" {mem:6.1f} |" if mem == mem else "    n/a |"), flush=True)  # mem is nan off CUDA
 
 
 if __name__ == "__main__":

@@ -5,11 +5,14 @@ command line applied left to right. A preset is a small Python file of assignmen
 that names the key (nanoGPT's configurator accepts typos silently; this one does not).
 
     python train.py config/shakespeare.py --batch_size=32 --compile=False
+    python train.py config/shakespeare.py --help     # every setting, its type and its value at that point
 """
 import dataclasses
 import difflib
+import inspect
 import os
 import re
+import sys
 import types
 import typing
 
@@ -70,10 +73,32 @@ def _set(cfg, key, value, where, hints):
     setattr(cfg, key, _convert(key, value, hints[key], where))
 
 
+def usage(cfg, hints):
+    """--help: each field, its type, its value so far (defaults, then the arguments before --help) and the
+    comment written beside it in the dataclass, so the dataclass stays the one place settings are described."""
+    comments = {}
+    for line in inspect.getsource(type(cfg)).splitlines():
+        m = re.match(r"\s*(\w+)\s*:[^#]*#\s*(.*)", line)
+        if m:
+            comments[m[1]] = m[2]
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "SCRIPT.py"
+    rows = [(f"--{key}={getattr(cfg, key)}",
+             "|".join(map(str, typing.get_args(typ))) if typing.get_origin(typ) is typing.Literal else typ.__name__,
+             comments.get(key, "")) for key, typ in hints.items()]
+    w0, w1 = (max(len(r[i]) for r in rows) for i in (0, 1))
+    return "\n".join([f"usage: python {script} [preset.py ...] [--key=value ...]   (applied left to right)",
+                      "settings (type, and what the code says of it):"]
+                     + [f"  {a:<{w0}}  {b:<{w1}}  {c}".rstrip() for a, b, c in rows])
+
+
 def parse(cfg, argv):
-    """Apply presets and --key=value overrides from argv to the dataclass instance cfg; returns cfg."""
+    """Apply presets and --key=value overrides from argv to the dataclass instance cfg; returns cfg.
+    -h or --help prints the settings as they stand at that point and exits."""
     hints = {f.name: typing.get_type_hints(type(cfg))[f.name] for f in dataclasses.fields(cfg)}
     for arg in argv:
+        if arg in ("-h", "--help"):
+            print(usage(cfg, hints))
+            raise SystemExit(0)
         if arg.startswith("--"):
             if "=" not in arg:
                 raise ConfigError(f"{arg}: write overrides as --key=value")

@@ -40,6 +40,8 @@ def main(argv=None):
         configurator.check_device(cfg.device)
     except configurator.ConfigError as e:
         raise SystemExit(f"config error: {e}")
+    if cfg.num_samples < 1 or cfg.max_new_tokens < 1:
+        raise SystemExit(f"num_samples={cfg.num_samples}, max_new_tokens={cfg.max_new_tokens}: both must be at least 1")
     if cfg.temperature < 0 or cfg.top_k < 0:
         raise SystemExit(f"temperature={cfg.temperature}, top_k={cfg.top_k}: both must be >= 0 "
                          "(temperature 0 takes the most likely token; top_k 0 keeps all)")
@@ -73,10 +75,10 @@ def main(argv=None):
     if cfg.compile:  # generate() calls self(...), i.e. forward: compile that (a compiled wrapper's generate would not)
         model.forward = torch.compile(model.forward, dynamic=True)
 
-    tok = get_tokenizer(ckpt["meta"]["tokenizer"])
-    if tok.name != ckpt["meta"]["tokenizer"]:
-        raise SystemExit(f"this checkpoint was trained on {ckpt['meta']['tokenizer']} tokens, which cannot be "
-                         "loaded here (see README: offline tokenizer)")
+    try:  # no byte fallback here: the model only speaks the tokens it was trained on
+        tok = get_tokenizer(ckpt["meta"]["tokenizer"], fallback=False)
+    except (RuntimeError, ValueError) as e:
+        raise SystemExit(f"{path} was trained on {ckpt['meta']['tokenizer']!r} tokens, which cannot be loaded here: {e}")
     start = cfg.start
     if start.startswith("FILE:"):
         if not os.path.isfile(start[5:]):

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import configurator
-from data.common import atomic_write, load_meta, prepare_command, read_shard, shard_paths
+from data.common import atomic_write, known_prepare_command, load_meta, prepare_command, read_shard, shard_paths
 from model import ATTENTION_PATHS, GPT, GPTConfig, fp8_unavailable, peak_flops, resolve_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -353,9 +353,10 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     if not os.path.isdir(data_dir):
         data = os.path.join(HERE, "data")
         ready = sorted(d for d in os.listdir(data) if os.path.exists(os.path.join(data, d, "meta.json")))
-        raise SystemExit(f"dataset={cfg.dataset!r}: no folder {data_dir}. A name is a prepared folder under data/ "
-                         f"(here: {', '.join(ready) or 'none yet'}; builtin prepares itself, README, Datasets, says "
-                         "how to prepare the others), or give a path")
+        known = known_prepare_command(data_dir)
+        raise SystemExit(f"dataset={cfg.dataset!r}: no folder {data_dir}; " + (f"run: {known}" if known else
+                         f"a name is a prepared folder under data/ (here: {', '.join(ready) or 'none yet'}; builtin "
+                         "prepares itself, README, Datasets, says how to prepare the others), or give a path"))
     try:  # a missing, short or corrupt file: the message names it and what to re-run (data/common.py)
         meta = load_meta(data_dir)
         train_data = TrainData(data_dir, cfg.block_size, cfg.seed, meta["vocab_size"])
@@ -422,6 +423,10 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         + f" | block_size={cfg.block_size} | compile={cfg.compile}")
     say(f"data: {data_dir} ({meta['tokenizer']} tokens, {meta['train_tokens']:,} train); {tokens_per_iter:,} "
         f"tokens per step = {world} x {accum} x {cfg.batch_size} x {cfg.block_size}")
+    if meta["tokenizer"] == "bytes" and "--tokenizer=bytes" not in meta.get("prepare", ""):
+        # data preparation fell back to bytes (GPT-2's BPE did not load then); nothing else would tell the user
+        say(f"data: byte-level tokens, since GPT-2's BPE could not be loaded when this data was prepared; once it "
+            f"can (README, Troubleshooting), re-run: {meta.get('prepare', prepare_command(data_dir))}")
     if peak_flops(device_name) is None:
         say(f"MFU: n/a (unknown peak for {device_name})")
 

@@ -51,8 +51,9 @@ class Tokenizer:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
-def get_tokenizer(name="gpt2"):
-    """'gpt2' -> tiktoken GPT-2 (or the byte fallback, with a notice, when it cannot load); 'bytes'."""
+def get_tokenizer(name="gpt2", fallback=True):
+    """'gpt2' -> tiktoken GPT-2, or when it cannot load: the byte tokenizer with a notice (fallback, for
+    data preparation) or a RuntimeError (not fallback, for a checkpoint that needs GPT-2's); 'bytes'."""
     if name == "bytes":
         return Tokenizer("bytes")
     if name != "gpt2":
@@ -70,8 +71,11 @@ def get_tokenizer(name="gpt2"):
                 errors.append(f"{enc_name}: {type(e).__name__}")
     except ImportError as e:
         errors.append(f"tiktoken: {e}")
-    print(f"tokenizer: GPT-2 BPE unavailable ({'; '.join(errors)}); using byte-level tokens "
-          "(set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's r50k_base file, see README)")
+    why = (f"GPT-2 BPE unavailable ({'; '.join(errors)}); set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's "
+           "r50k_base file, or go online (README, Troubleshooting: offline tokenizer)")
+    if not fallback:
+        raise RuntimeError(why)
+    print(f"tokenizer: {why}; using byte-level tokens for now")
     return Tokenizer("bytes")
 
 
@@ -140,10 +144,19 @@ def prepare_command(data_dir):
             return json.load(f)["prepare"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    return known_prepare_command(data_dir) or "the data/<dataset>/prepare.py that wrote these shards (see README, Datasets)"
+
+
+def known_prepare_command(data_dir):
+    """The command that makes data_dir when it is one of the folders our scripts write under data/, else None."""
     script = os.path.join(data_dir, "prepare.py")
-    if os.path.exists(script):
+    if os.path.exists(script):  # builtin, shakespeare: the script sits in the folder it fills
         return f"python {os.path.relpath(script)}"
-    return "the data/<dataset>/prepare.py that wrote these shards (see README, Datasets)"
+    name, data = os.path.basename(os.path.normpath(data_dir)), os.path.join(REPO, "data")
+    if os.path.dirname(os.path.abspath(data_dir)) == data and name in ("fineweb10B", "finewebedu10B"):
+        script = os.path.relpath(os.path.join(data, "fineweb", "prepare.py"))
+        return f"python {script}" + (" --edu" if name == "finewebedu10B" else "")
+    return None
 
 
 def read_shard(path):

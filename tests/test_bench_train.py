@@ -46,17 +46,20 @@ def test_bench_tokens_per_second_and_mfu(clocked):
 
 def test_main_table_ratios(monkeypatch, capsys):
     """The table: per block size, each path's tokens/s over the first path's at that block size; MFU in
-    percent; n/a where the peak is unknown."""
+    percent; n/a where the peak FLOP/s or the peak memory is unknown."""
     figures = {(1024, "sdpa"): (500_000.0, 0.40, 42.9), (1024, "fp8"): (400_000.0, 0.32, 40.0),
                (4096, "sdpa"): (250_000.0, 0.30, 43.0), (4096, "fp8"): (200_000.0, None, 41.0)}
+    figures[4096, "fp8"] = (200_000.0, None, float("nan"))  # as off CUDA: no peak memory
     monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, block_size, device: figures[block_size, attention])
     bench_train.main(["--device=cpu", "--attentions=sdpa,fp8", "--block_sizes=1024,4096"])
-    table = capsys.readouterr().out.split("|---|---|---|---|---|---|\n")[1].splitlines()
+    out = capsys.readouterr().out
+    assert out.count("| T |") == 1, out  # one header, above the rows, printed once
+    table = out.split("|---|---|---|---|---|---|\n")[1].splitlines()
     assert [[c.strip() for c in row.split("|")[1:-1]] for row in table] == [
         ["1024", "sdpa", "500,000", "1.00x", "40.0%", "42.9"],
         ["1024", "fp8", "400,000", "0.80x", "32.0%", "40.0"],
         ["4096", "sdpa", "250,000", "1.00x", "30.0%", "43.0"],
-        ["4096", "fp8", "200,000", "0.80x", "n/a", "41.0"]]
+        ["4096", "fp8", "200,000", "0.80x", "n/a", "n/a"]]
 
 
 def test_peak_gib(monkeypatch):

@@ -8,6 +8,7 @@ outside the 200 most likely of its 320 tokens, so the default top_k=200 and top_
 sample.py's tokenizer is wrapped to print token ids, so outputs compare exactly, padded ids included."""
 import dataclasses
 import os
+import sys
 
 import pytest
 import torch
@@ -50,8 +51,8 @@ def run(monkeypatch, capsys, out_dir, *opts):
     """sample.main with its tokenizer's decode printing ids. Returns the printed samples (lists of ids,
     the prompt's end-of-text token dropped as sample.py drops it) and, for each generate() call, the RNG
     state and the prompt it started from, so a test can replay that call."""
-    def ids_tokenizer(name):
-        tok = get_tokenizer(name)
+    def ids_tokenizer(name, fallback=True):
+        tok = get_tokenizer(name, fallback)
         tok.decode = lambda ids: " ".join(map(str, ids))
         return tok
     calls = []
@@ -126,6 +127,30 @@ def test_bad_device_is_a_config_error(ckpt_dir):
     """--device=gpu is refused as train.py refuses it, naming the key, not with torch's traceback."""
     with pytest.raises(SystemExit, match=r"config error: device='gpu': expected auto, cpu, cuda or cuda:N"):
         sample.main([f"--out_dir={ckpt_dir}", "--device=gpu"])
+
+
+@pytest.mark.parametrize("opt", ["--num_samples=0", "--max_new_tokens=-1", "--temperature=-1", "--top_k=-5"])
+def test_bad_counts_and_sampling_options_are_refused(ckpt_dir, opt):
+    """A count below 1 or a negative temperature or top_k names itself; sample.py printed an empty sample
+    for --max_new_tokens=-1 before."""
+    with pytest.raises(SystemExit, match=opt[2:].split("=")[0] + "=" + opt.split("=")[1]):
+        sample.main([f"--out_dir={ckpt_dir}", "--device=cpu", opt])
+
+
+def test_gpt2_checkpoint_without_its_tokenizer_is_refused_without_a_byte_fallback(ckpt_dir, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """A checkpoint trained on GPT-2 tokens, on a machine where tiktoken cannot load: one line naming the
+    file and what to do, and no talk of byte-level tokens (data preparation's fallback) on the way."""
+    ckpt = torch.load(os.path.join(ckpt_dir, "ckpt.pt"), weights_only=False)
+    ckpt["meta"] = {"tokenizer": "gpt2"}
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    monkeypatch.setitem(sys.modules, "tiktoken", None)  # import tiktoken raises ImportError
+    with pytest.raises(SystemExit) as e:
+        sample.main([f"--out_dir={tmp_path}", "--device=cpu", "--num_samples=1", "--max_new_tokens=2"])
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'ckpt.pt'} was trained on 'gpt2' tokens, which cannot be loaded here: "), msg
+    assert "TIKTOKEN_CACHE_DIR" in msg and "\n" not in msg, msg
+    assert "byte-level" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("damage,message", [

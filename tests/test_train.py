@@ -1,5 +1,6 @@
 """train.py and sample.py on CPU: config errors, a run whose loss falls, exact resume, DDP (2 gloo processes)
 against 1 process with the same global batch, a non-finite loss, context extension, sampling."""
+import dataclasses
 import json
 import os
 import re
@@ -182,14 +183,53 @@ def test_cuda_device_without_a_gpu_says_so():
 
 def test_data_errors_stop_with_a_message(data_dir, tmp_path):
     """No traceback for a dataset that is not there or a corrupt shard: a message that names the file."""
-    with pytest.raises(SystemExit, match=r"dataset='no_such_dataset': no folder .*no_such_dataset\. A name is"):
+    with pytest.raises(SystemExit, match=r"dataset='no_such_dataset': no folder .*no_such_dataset; a name is"):
         train.main(args(data_dir, tmp_path / "a", "--dataset=no_such_dataset"))
+    # FineWeb's folders are written by data/fineweb/prepare.py, not by a script inside them: name it
+    for name, command in (("fineweb10B", "data/fineweb/prepare.py$"), ("finewebedu10B", "data/fineweb/prepare.py --edu$")):
+        if not os.path.exists(os.path.join(train.HERE, "data", name)):
+            with pytest.raises(SystemExit, match=f"dataset='{name}': no folder .*{name}; run: python .*{command}"):
+                train.main(args(data_dir, tmp_path / "a", f"--dataset={name}"))
     broken = tmp_path / "broken"
     shutil.copytree(data_dir, broken)
     shard = sorted(broken.glob("*_train_*.bin"))[0]
     shard.write_bytes(shard.read_bytes()[:-7])
     with pytest.raises(SystemExit, match=re.escape(f"{shard} is") + ".*truncated or corrupt"):
         train.main(args(str(broken), tmp_path / "b"))
+
+
+def test_byte_tokens_from_a_tokenizer_fallback_are_pointed_out(data_dir, tmp_path, capsys):
+    """Data prepared while GPT-2's BPE could not load falls back to byte tokens with one notice, which a
+    later run would not repeat: train.py says so and names the command to re-run. Bytes asked for
+    (--tokenizer=bytes in meta.json's command, as in data_dir) are not flagged."""
+    fell_back = tmp_path / "fell_back"
+    shutil.copytree(data_dir, fell_back)
+    meta = json.loads((fell_back / "meta.json").read_text())
+    assert "--tokenizer=bytes" in meta["prepare"]
+    meta["prepare"] = meta["prepare"].replace(" --tokenizer=bytes", "")
+    (fell_back / "meta.json").write_text(json.dumps(meta))
+    for folder, flagged in ((data_dir, False), (str(fell_back), True)):
+        capsys.readouterr()
+        train.main(args(folder, tmp_path / f"out{flagged}", "--max_iters=1", "--save_checkpoint=False"))
+        hint = [line for line in capsys.readouterr().out.splitlines() if "GPT-2's BPE could not be loaded" in line]
+        assert hint == ([f"data: byte-level tokens, since GPT-2's BPE could not be loaded when this data was "
+                         f"prepared; once it can (README, Troubleshooting), re-run: {meta['prepare']}"] if flagged else [])
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_every_setting_with_its_value_so_far(flag, capsys):
+    """--help prints each TrainConfig field with its type, its value after the arguments before it (here a
+    preset and an override) and the comment beside it in the dataclass, then exits 0."""
+    with pytest.raises(SystemExit) as e:
+        train.load_config([os.path.join(ROOT, "config", "shakespeare.py"), "--n_layer=3", flag, "--n_layer=9"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    fields = [f.name for f in dataclasses.fields(train.TrainConfig)]
+    listed = re.findall(r"^  --(\w+)=", out, re.M)
+    assert listed == fields, (listed, fields)
+    assert re.search(r"^  --n_layer=3 +int$", out, re.M), out
+    assert re.search(r"^  --dataset=shakespeare +str +a folder under data/", out, re.M), out
+    assert re.search(r"^  --attention=auto +auto\|fp8\|fp8_stale\|sdpa +auto: fp8 where", out, re.M), out
 
 
 def test_presets_parse():
