@@ -46,9 +46,9 @@ Why these choices:
 - e4m3 everywhere. With block scales the scale takes care of range, so the extra mantissa bit of
   e4m3 (3 bits vs e5m2's 2) is worth more than e5m2's wider exponent, gradients included.
 - Block scales. A scale is amax(tile) / 448 (448 is e4m3's largest value), so one outlier only
-  coarsens its own 64 rows. Scales multiply the fp32 accumulator after each dot: a scale that is
-  constant along the dot's reduction dimension factors out of the sum. Q, K, V, dO rows carry
-  per-row scales (a row's scale is its 64-row tile's), which factor out of S and dP because those
+  coarsens its own tile (64 rows of Q or dO, 128 of K or V). Scales multiply the fp32 accumulator
+  after each dot: a scale that is constant along the dot's reduction dimension factors out of the
+  sum. Q, K, V, dO rows carry per-row scales (a row's scale is its tile's), which factor out of S and dP because those
   reduce over the head dimension. Where a dot reduces over tokens (P V, P^T dO, dS K, dS^T Q), the
   kernel's block lies inside one token tile of the stored operand, so its scale is one number per dot.
 - P needs no dynamic scale: its values lie in [0, 1]. A static 256 lifts small probabilities out
@@ -103,6 +103,8 @@ HEAD_DIMS = (64, 128)
 # SCALES_AHEAD (dQ kernel): the pre-pass loads K's and V's tile scales a tile ahead, issued after each
 # tile's S dot, instead of before the dots; faster at D = 64, slower at D = 128 (SPEED.md, step 12
 # and "Under Triton 3.8").
+# dq[64]'s maxnreg (a compile option the sweep does not vary): step 14 (SPEED.md) permuted dS^'s columns,
+# and the cap at 168 registers keeps three programs per SM there.
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
          "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, SCALES_AHEAD=True, maxnreg=168),
@@ -155,7 +157,8 @@ def _permuted_cols(x):
     columns 8 u1 + 2 t + u0 (+16) of each 32, and the A operand of the next wgmma wants k = 4 t + u
     (+16); permuted by pi, the registers it holds are the operand's, so no shuffles are needed. The
     other operand (V^T, K^T) is stored with its tokens in the same order, and the dot sums over
-    them in any order alike (attention_fp8_hopper._p_operand)."""
+    them in any order alike (attention_fp8_hopper._p_operand). The Gluon dK/dV kernel does the same
+    with P^T and dS^T against Q^T and dO^T (PERMUTED_Q)."""
     x = tl.reshape(x, [x.shape[0], x.shape[1] // 32, 2, 2, 2, 2, 2])    # (row, 32s, c4, c3, c2, c1, c0)
     return tl.reshape(tl.permute(x, (0, 1, 2, 4, 5, 3, 6)), [x.shape[0], x.shape[1] * 32])
 
@@ -477,7 +480,7 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, stride_lb,
 @triton.jit
 def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA,
                 offs_n, lo, hi, N, N_pad,
-                D: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
+                D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr):
     offs_d = tl.arange(0, D)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -537,14 +540,14 @@ def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, stride_lb
             diag_end = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, m_end)
             dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
                                  DOT8 + rows, lse_bh, DELTA + vec, offs_n, m_lo, diag_end, N, N_pad,
-                                 D, BLOCK_M, CAUSAL, True)
+                                 D, BLOCK_M, True)
             dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
                                  DOT8 + rows, lse_bh, DELTA + vec, offs_n, diag_end, m_end, N, N_pad,
-                                 D, BLOCK_M, CAUSAL, False)
+                                 D, BLOCK_M, False)
         else:
             dk, dv = _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8 + rows, SQ + vec, QT8 + rows, DO8 + rows, SDO + vec,
                                  DOT8 + rows, lse_bh, DELTA + vec, offs_n, 0, m_end, N, N_pad,
-                                 D, BLOCK_M, CAUSAL, False)
+                                 D, BLOCK_M, False)
     key_ok = offs_n[:, None] < N
     out = b * stride_kb + hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
     tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok)
@@ -643,8 +646,8 @@ def _driver():
 def _quantize(specs, tile, permute_cols=False):
     """specs: one or two (x, rows, cols) with x (B, H, N, D) of one shape; one launch for all.
     Returns a list of (x8 or None, x8T or None, scale), see quantize(). permute_cols: the x8T
-    copies hold each 32 tokens in the order of _permuted_cols (for the Gluon forward's V^T and the
-    dQ kernel's K^T)."""
+    copies hold each 32 tokens in the order of _permuted_cols (for the Gluon forward's V^T, the
+    dQ kernel's K^T, and the Gluon dK/dV kernel's Q^T and dO^T)."""
     B, H, N, D = specs[0][0].shape
     n_pad = _padded(N)
     device = specs[0][0].device
@@ -686,9 +689,9 @@ def quantize(x, tile, rows=True, cols=False):
 # (attention_fp8_hopper.CONFIGS' register cap): 1.06-1.10x the Triton forward on the H200 (SPEED.md, step 11).
 HOPPER_FORWARD = (64, 128)
 # Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
-# instead of _bwd_dkdv_kernel: the same FP8 operands and scales (dS^T's row scale per 64 queries
-# rather than 32). It sums dV in the tensor cores, whose FP8 running sum keeps about 14 bits, and
-# flushes that sum into fp32 every DV_FLUSH query tiles; without the flush, dV came out 3.7% low at
+# instead of _bwd_dkdv_kernel: the same FP8 operands and scales (at D = 128 dS^T's row scale per 64
+# queries rather than 32). It sums dV in the tensor cores, whose FP8 running sum keeps about 14 bits, and
+# flushes that sum into fp32 every DV_FLUSH query tiles; without the flush, dV came out 3.6% low at
 # N = 4096 and 15% low at N = 16384 where dO has a nonzero mean (SPEED.md, step 17;
 # test_dv_is_a_weighted_sum_of_do). Its speed against the Triton kernel, with the flush, is measured
 # beside its configurations (attention_fp8_hopper.DKDV_CONFIGS).
@@ -872,8 +875,9 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
 
 # ---------------------------------------------------------------------------------------------
 # torch.library custom op: torch.compile traces through the fake implementations, autograd
-# through register_autograd. The real implementations launch the Triton kernels above. Eager
-# mode goes through _Attention below instead (same launchers, less host time per call).
+# through register_autograd. The real implementations launch the kernels above (on Hopper, the
+# Gluon forward and dK/dV kernels at every size: COMPILED_MIN_SCORES). Eager mode goes through
+# _Attention below instead (same launchers, less host time per call).
 # ---------------------------------------------------------------------------------------------
 @torch.library.custom_op("fp8_attention::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
@@ -1083,7 +1087,8 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout; differentiable in q, k, v
     once (no create_graph=True: the FP8 backward has no gradient of its own). An inf in q, k or v
     makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than with
-    SDPA, which spreads it only to the rows that attend to it; a NaN stays in its own element."""
+    SDPA, which spreads it only to the rows that attend to it; a NaN stays in its own element's row
+    or column of the scores, as with SDPA (the tile's amax passes over it)."""
     _check_inputs(q, k, v, delta)
     causal, sm_scale = _causal_and_scale(q, causal, sm_scale)
     if torch.compiler.is_compiling():

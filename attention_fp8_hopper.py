@@ -25,14 +25,15 @@ at head dim 64 it was no faster until three programs shared an SM (CONFIGS' regi
 The value of V's tile scale rides in the accumulator's units: acc holds O * w / sv_last, so
     acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j^ V^_j
 is exact in real arithmetic (one FFMA per element), and O = acc * sv_last / w at the end, where w
-is the sum of the rounded weights P~^ (attention_fp8._fwd_inner says why w and not l).
+is the sum of the rounded weights P~^ (attention_fp8.py's forward section says why w and not l).
 
 Each tile's P~^ V^ is a fresh wgmma, added to acc in fp32, not accumulated in the tensor cores:
 Hopper's FP8 MMA keeps about 14 bits of the running sum when it adds products to it (DeepSeek-V3
 report, section 3.3.2), and a column of O whose V has a nonzero mean grows with every key, so the
 later tiles' products lost their low bits. With acc in the tensor cores (until step 17 of SPEED.md),
-O of a V whose rows are all one vector was off by 4.3% at N = 4096 and 16% at N = 16384 on the
-H200; now by BF16 rounding (0.0015-0.0020), as the Triton forward. It cost the forward 4-10%.
+O of a V whose rows are all one vector was off by 0.043 at N = 4096 and 0.16 at N = 16384 on the
+H200 (relative Frobenius error; a mean bias of 3.7% and 14%, as the README puts it); now by BF16
+rounding (0.0015-0.0020), as the Triton forward. It cost the forward 4-10%.
 
 One warpgroup (4 warps) owns 64 query rows (one query tile, one Q scale), and two programs (three
 at head dim 64) share an SM, so one's softmax can run under the others' dots.
@@ -255,7 +256,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
         p, m_i, l_i, sv, c, alpha = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N,
                                                   CAUSAL, False, s_cols, o_rows)
         # P~^ in registers, keys in V^T's permuted order: no shuffles (a convert_layout into the
-        # operand layout without the permutation took ~250 per tile, SPEED.md step 4).
+        # operand layout without the permutation took ~250 instructions per tile, SPEED.md step 4).
         if PERMUTED_V:
             p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
             pv = warpgroup_mma(p8, v_smem.index(j % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
@@ -304,9 +305,10 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 # Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
 # each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight. PERMUTED_V: P~^ to the
 # P V wgmma in registers, with V^T's keys permuted (attention_fp8._forward makes that copy).
-# maxnreg (a compile option, not a tile): at D = 64 ptxas would take 202 registers per thread, so two
-# programs per SM; capped at 168 (24 bytes spilled), three fit in the 64K registers of an SM, and
-# more warps hide the softmax's latency: 1.06-1.10x the forward (SPEED.md, step 11).
+# maxnreg (a compile option, not a tile): at D = 64 ptxas would take 244 registers per thread, so two
+# programs per SM; capped at 168 (60 bytes spilled under Triton 3.6, 24 under 3.8; kernel_registers.py),
+# three fit in the 64K registers of an SM, and more warps hide the softmax's latency: 1.06-1.10x the
+# forward when step 11 set the cap (SPEED.md).
 CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True, maxnreg=168),
            128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True)}
 
@@ -521,7 +523,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
     # The tensor cores' running sum keeps about 14 bits: every DV_FLUSH tiles it is added, in dO's
     # units, to dV in fp32 in shared memory (each thread its own elements), and restarts. Here, with
     # no wgmma in flight; or (FLUSH_UNDER_DOTS) at the top of the next tile, once its S^T and dP^T are
-    # issued, under them: the same sums bit for bit, faster at D = 64 only (DKDV_CONFIGS).
+    # issued, under them: the same sums bit for bit, faster at D = 64 only, under Triton 3.6 (DKDV_CONFIGS).
     if not FLUSH_UNDER_DOTS:
         if it % DV_FLUSH == DV_FLUSH - 1:
             dv_smem.store(dv_smem.load(o_layout) + dv * sdo_new)
@@ -645,10 +647,12 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 
 
 # BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
-# the 64-row query tile. Two query tiles in flight: a third slot (112 KiB of shared memory at
-# D = 128, still two programs per SM) measured no faster, twice (results/dkdv_stages3_h200.txt).
-# maxnreg: as for the forward, three programs per SM at D = 64 (186 registers uncapped, 168 with
-# 72 bytes spilled), which made this kernel faster than the Triton one there (SPEED.md, step 11).
+# the 64-row query tile. Two query tiles in flight: a third slot measured no faster, twice
+# (results/dkdv_stages3_h200.txt), when it fit in 112 KiB of shared memory at D = 128; since dV's
+# fp32 buffer (32 KiB, step 17) two slots take 112.5 KiB, and a third would leave one program per SM.
+# maxnreg: as for the forward, three programs per SM at D = 64, which made this kernel faster than
+# the Triton one there (SPEED.md, step 11). As configured below it takes 229 registers uncapped
+# and spills 140 bytes at 168 under Triton 3.6 (218 and 152 under 3.8, with 3.8's configuration).
 # At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
 # DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above). Measured on the H200
 # (dO = 1 + 0.1 N(0,1), N = 4096 and 16384, results/dkdv_flush_swizzle_h200.txt): dV's mean bias
@@ -660,11 +664,13 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # ROWS_CP_ASYNC: each query tile's LSE and delta come through shared memory (_dkdv_rows_copy) rather
 # than loaded into registers a tile ahead: the kernel 1.033x / 1.044x faster at 2x16x8192x128 /
 # 4x16x4096x128, but 0.929x at 4x16x4096x64, where it spilled 88 bytes instead of 68 under the cap
-# (results/dkdv_rows_cp_async_h200.txt). So D = 128 only.
+# (results/dkdv_rows_cp_async_h200.txt). So D = 128 only, under Triton 3.6 (3.8 reverses this at
+# D = 64, below).
 # FLUSH_UNDER_DOTS: the flush of dV waits for the next tile's S^T and dP^T wgmmas and runs under them
 # (_dkdv_tile). The same dV bit for bit; the kernel 1.019x / 1.028x faster at 4x16x4096x64 /
 # 2x16x8192x64, though ptxas spills 140 bytes instead of 68 there; at D = 128 0.994x / 0.997x, where
-# ptxas waits for both wgmmas before the flush's adds (results/dkdv_flush_under_dots_h200.txt). So D = 64 only.
+# ptxas waits for both wgmmas before the flush's adds (results/dkdv_flush_under_dots_h200.txt). So D = 64
+# only, under Triton 3.6 (below: not under 3.8).
 DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=False,
                          FLUSH_UNDER_DOTS=True, maxnreg=168),
                 128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=True,
