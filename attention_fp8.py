@@ -48,9 +48,10 @@ Why these choices:
 - Block scales. A scale is amax(tile) / 448 (448 is e4m3's largest value), so one outlier only
   coarsens its own tile (64 rows of Q or dO, 128 of K or V). Scales multiply the fp32 accumulator
   after each dot: a scale that is constant along the dot's reduction dimension factors out of the
-  sum. Q, K, V, dO rows carry per-row scales (a row's scale is its tile's), which factor out of S and dP because those
-  reduce over the head dimension. Where a dot reduces over tokens (P V, P^T dO, dS K, dS^T Q), the
-  kernel's block lies inside one token tile of the stored operand, so its scale is one number per dot.
+  sum. Q, K, V, dO rows carry per-row scales (a row's scale is its tile's), which factor out of S
+  and dP because those reduce over the head dimension. Where a dot reduces over tokens (P V, P^T dO,
+  dS K, dS^T Q), the kernel's block lies inside one token tile of the stored operand, so its scale is
+  one number per dot.
 - P needs no dynamic scale: its values lie in [0, 1]. A static 256 lifts small probabilities out
   of e4m3's subnormal range (smallest normal 2^-6) so rows dominated by one key (an attention sink)
   keep their small entries; 256 * 1 = 256 < 448 never overflows.
