@@ -423,10 +423,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         + f" | block_size={cfg.block_size} | compile={cfg.compile}")
     say(f"data: {data_dir} ({meta['tokenizer']} tokens, {meta['train_tokens']:,} train); {tokens_per_iter:,} "
         f"tokens per step = {world} x {accum} x {cfg.batch_size} x {cfg.block_size}")
-    if meta["tokenizer"] == "bytes" and "--tokenizer=bytes" not in meta.get("prepare", ""):
-        # data preparation fell back to bytes (GPT-2's BPE did not load then); nothing else would tell the user
-        say(f"data: byte-level tokens, since GPT-2's BPE could not be loaded when this data was prepared; once it "
-            f"can (README, Troubleshooting), re-run: {meta.get('prepare', prepare_command(data_dir))}")
+    if meta.get("fallback_for"):  # data preparation fell back to bytes; nothing else would tell the user again
+        say(f"data: byte-level tokens, since the {meta['fallback_for']} tokenizer could not be loaded when this data "
+            f"was prepared; once it can (README, Troubleshooting), re-run: {prepare_command(data_dir)}")
     if peak_flops(device_name) is None:
         say(f"MFU: n/a (unknown peak for {device_name})")
 

@@ -27,10 +27,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # tokenizer
 
 class Tokenizer:
-    """The two tokenizers behind one face: name, vocab_size, eot, encode(str) -> list, decode(list)."""
+    """The two tokenizers behind one face: name, vocab_size, eot, encode(str) -> list, decode(list).
+    fallback_for: the tokenizer asked for, where bytes stand in for one that could not load."""
 
-    def __init__(self, name, enc=None):
-        self.name, self.enc = name, enc
+    def __init__(self, name, enc=None, fallback_for=None):
+        self.name, self.enc, self.fallback_for = name, enc, fallback_for
         if enc is not None:  # gpt2
             self.vocab_size, self.eot = enc.n_vocab, enc.eot_token  # 50257, 50256
         else:  # bytes
@@ -76,7 +77,7 @@ def get_tokenizer(name="gpt2", fallback=True):
     if not fallback:
         raise RuntimeError(why)
     print(f"tokenizer: {why}; using byte-level tokens for now")
-    return Tokenizer("bytes")
+    return Tokenizer("bytes", fallback_for=name)
 
 
 def read_text(path):
@@ -279,6 +280,7 @@ def write_dataset(out_dir, name, splits, tok, source, prepare, num_threads=8, pr
                 flush()
         flush()
         counts[f"{split}_tokens"] = w.close()
+    fallback = {"fallback_for": tok.fallback_for} if tok.fallback_for else {}  # train.py says so on every run
     write_meta(out_dir, tokenizer=tok.name, vocab_size=tok.vocab_size, eot=tok.eot, source=source,
-               prepare=prepare, **counts, **extra)
+               prepare=prepare, **fallback, **counts, **extra)
     return counts

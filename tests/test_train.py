@@ -198,21 +198,22 @@ def test_data_errors_stop_with_a_message(data_dir, tmp_path):
         train.main(args(str(broken), tmp_path / "b"))
 
 
-def test_byte_tokens_from_a_tokenizer_fallback_are_pointed_out(data_dir, tmp_path, capsys):
-    """Data prepared while GPT-2's BPE could not load falls back to byte tokens with one notice, which a
-    later run would not repeat: train.py says so and names the command to re-run. Bytes asked for
-    (--tokenizer=bytes in meta.json's command, as in data_dir) are not flagged."""
-    fell_back = tmp_path / "fell_back"
-    shutil.copytree(data_dir, fell_back)
-    meta = json.loads((fell_back / "meta.json").read_text())
-    assert "--tokenizer=bytes" in meta["prepare"]
-    meta["prepare"] = meta["prepare"].replace(" --tokenizer=bytes", "")
-    (fell_back / "meta.json").write_text(json.dumps(meta))
-    for folder, flagged in ((data_dir, False), (str(fell_back), True)):
+def test_byte_tokens_from_a_tokenizer_fallback_are_pointed_out(data_dir, tmp_path, monkeypatch, capsys):
+    """Data prepared while GPT-2's BPE could not load (tiktoken unimportable here) falls back to byte
+    tokens with one notice, which a later run would not repeat: meta.json records the fallback, and
+    train.py says so and names the command to re-run. Bytes asked for (data_dir) are not flagged."""
+    from data.text.prepare import prepare
+    fell_back = str(tmp_path / "fell_back")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "tiktoken", None)
+        prepare(os.path.join(os.path.dirname(os.__file__), "json"), fell_back)
+    meta = json.loads(open(os.path.join(fell_back, "meta.json")).read())
+    assert meta["tokenizer"] == "bytes" and meta["fallback_for"] == "gpt2", meta
+    for folder, flagged in ((data_dir, False), (fell_back, True)):
         capsys.readouterr()
         train.main(args(folder, tmp_path / f"out{flagged}", "--max_iters=1", "--save_checkpoint=False"))
-        hint = [line for line in capsys.readouterr().out.splitlines() if "GPT-2's BPE could not be loaded" in line]
-        assert hint == ([f"data: byte-level tokens, since GPT-2's BPE could not be loaded when this data was "
+        hint = [line for line in capsys.readouterr().out.splitlines() if "could not be loaded" in line]
+        assert hint == ([f"data: byte-level tokens, since the gpt2 tokenizer could not be loaded when this data was "
                          f"prepared; once it can (README, Troubleshooting), re-run: {meta['prepare']}"] if flagged else [])
 
 
