@@ -38,6 +38,12 @@ elif [ "$mode" = run ]; then
         chmod +x "$dir.part"/triton/backends/nvidia/bin/*     # zip extraction drops the executable bits
         rm -rf "$dir" && mv "$dir.part" "$dir"
     fi
+    # The archive has no ptxas-blackwell (above), which kernel_registers.py --target 100 / 120 needs
+    # (test_kernels_fit_shared_memory): borrow the machine's own Triton's, if it has one.
+    if [ ! -e "$dir/triton/backends/nvidia/bin/ptxas-blackwell" ] && [ -z "${TRITON_PTXAS_BLACKWELL_PATH:-}" ]; then
+        own=$(python -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'ptxas-blackwell'))" 2>/dev/null || true)
+        if [ -n "$own" ] && [ -x "$own" ]; then export TRITON_PTXAS_BLACKWELL_PATH=$own; fi
+    fi
     PYTHONPATH="$dir:$root${PYTHONPATH:+:$PYTHONPATH}" TRITON_BACKENDS_IN_TREE=1 "$@"
 else
     echo "usage: $0 build VERSION [PYTHON] | run VERSION CMD ..." >&2

@@ -38,6 +38,8 @@ for v in 36 38; do
         > "$logs/tests${v}_gluon.log" 2>&1 &
 done
 wait
+# the accuracy figures the README quotes from the tests, at the GPU's CASES (a few seconds)
+python results/test_figures.py > "$logs/test_figures_gpu.txt" 2>&1; cat "$logs/test_figures_gpu.txt"
 for f in "$logs"/tests*.log; do
     echo "== $(basename "$f")"; grep -E "^(FAILED|ERROR)|passed|failed|error" "$f" | tail -8
 done
