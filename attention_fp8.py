@@ -32,7 +32,12 @@ it is bit-identical between the two.
 
 The seven FP8 matmuls, and where each operand's format and scale come from
 ------------------------------------------------------------------------------
-    forward   S  = Q^ K^T^          Q, K: e4m3, one fp32 scale per 64 / 128 rows (per batch, head)
+Notation: X^ is X rounded to e4m3 after division by its block scale; the value it stands for is the
+e4m3 number times the scale (in the kernels, q8, k8, ds8, ... hold the e4m3 bytes and sq, sk, ... the
+scales). X^T^ is the token-contiguous copy of X^. P~ is the softmax numerator before division by its
+row sum. The kernels work in base 2: the forward saves LSE2 = LSE * log2(e), called lse in the code.
+
+    forward   S  = Q^ K^T^          Q: e4m3, one fp32 scale per 64 rows; K: per 128 rows (per batch, head)
               O  = P~^ V^           P~ = exp(S - running max) in [0, 1], times 256, e4m3;
                                     V: e4m3, one scale per 128 keys (the key tile)
     backward  S  = Q^ K^T^          recomputed from the same Q^, K^ as the forward: bit-identical
@@ -42,9 +47,18 @@ The seven FP8 matmuls, and where each operand's format and scale come from
               dK = dS^T^ Q^         (rows of dS^T, i.e. per key, in the dK kernel)
     pre-pass  S and dP again (the two extra matmuls of Delta-Matching)
 
+The forward divides O by w = sum_j P~^_ij, the sum of the rounded weights, not by the exact row sum,
+so O stays a weighted mean of V's rows after rounding (see the forward's comment).
+
+The backward, step by step (_backward): quantize K, V, Q, dO (both layouts) -> the query-owned
+kernel _bwd_dq_kernel, whose first loop is the pre-pass (delta_i, stored) and whose second forms
+dS and dQ -> the key-owned kernel _bwd_dkdv_kernel, which reads that delta and forms dV and dK. So
+S and dP are computed three times per tile pair: pre-pass, dQ loop, and transposed in dK/dV.
+
 Why these choices:
 - e4m3 everywhere. With block scales the scale takes care of range, so the extra mantissa bit of
-  e4m3 (3 bits vs e5m2's 2) is worth more than e5m2's wider exponent, gradients included.
+  e4m3 (3 bits vs e5m2's 2) is worth more than e5m2's wider exponent, gradients included (the
+  argument; e5m2 gradients were not measured here).
 - Block scales. A scale is amax(tile) / 448 (448 is e4m3's largest value), so one outlier only
   coarsens its own tile (64 rows of Q or dO, 128 of K or V). Scales multiply the fp32 accumulator
   after each dot: a scale that is constant along the dot's reduction dimension factors out of the
@@ -58,6 +72,9 @@ Why these choices:
 - dS is tiny (it shrinks roughly like 1/sequence length), so it gets a dynamic scale, one per row
   of each tile: dQ = dS K reduces over keys and dK = dS^T Q over queries, so a scale per row of the
   dot's A operand factors out, and a row amax needs no reduction across warps (a tile amax would).
+  "Each tile" is the kernel's block (CONFIGS: BLOCK_N keys in the dQ kernel, BLOCK_M queries in the
+  dK/dV kernel), so the dS scales' granularity follows the tiling and can differ between GPUs and
+  between the Triton and the Gluon dK/dV kernel.
 - Hopper's FP8 tensor cores want the B operand of a dot contiguous along the reduction dimension
   ("K-major"); reading it otherwise was measured 6x slower. Q K^T and dO V^T reduce over the head
   dimension and read Q, K, V, dO as stored. P V, P^T dO, dS K and dS^T Q reduce over tokens, so
@@ -73,11 +90,16 @@ which checks its inputs. On Hopper, for eager calls from 2^29 scores and for eve
 torch.compile, the forward and the dK/dV kernel (head dims in HOPPER_FORWARD, HOPPER_BACKWARD) run
 the Gluon kernels of attention_fp8_hopper.py instead: the same FP8 operands and scales, scheduled
 with Hopper's asynchronous wgmma and TMA.
+
+To change the method (say, dS's scaling or the pre-pass), note that a compiled model on Hopper runs
+those Gluon kernels for the forward and dK/dV; only the pre-pass and dQ are this file's everywhere.
+Set HOPPER_FORWARD = HOPPER_BACKWARD = () to run this file's kernels alone while experimenting, and
+change both files before comparing. dS is quantized in _dq_inner, _dkdv_inner and the Gluon dK/dV
+kernel; P's static 256 (+ 8 in an exp2, / 256 after a dot) in both forwards and both dK/dV kernels.
 """
 
 import functools
 import math
-import os
 import warnings
 from typing import Optional
 
@@ -347,6 +369,9 @@ def _dp_tile(do, V8, start_n, D: tl.constexpr, BLOCK_N: tl.constexpr):
 def _delta_inner(pdp, r, q, qs, do, sdo, lse, K8, SK, V8, SV, offs_m, lo, hi, N,
                  D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
                  SCALES_AHEAD: tl.constexpr):
+    # Delta-Matching: over this row tile's key tiles, pdp_i += sum_j P_ij dP_ij and r_i += sum_j P_ij,
+    # with P and dP from the same e4m3 operands and scales as _dq_inner's; the caller stores
+    # delta_i = pdp_i / r_i.
     # Triton's pipeliner leaves the loads of K's and V's tile scales synchronous in this loop (not in
     # _dq_inner's). Loaded where they are used, each waited out a trip to global memory after a dot,
     # on every tile. So they come before the dots, or a tile ahead, issued after the S dot
@@ -473,10 +498,11 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, stride_lb,
 # grouped-query attention, every query head that shares this KV head). Transposed orientation;
 # BLOCK_N keys lie in one key tile and BLOCK_M queries in one query tile, so every scale below
 # is one number:
-#   256 P^T_ji = exp2(qk_ji * f - LSE2_i + 8)  (the products of the dQ kernel, times 256)
+#   256 P^T_ji = exp2(qk_ji * f - LSE2_i + 8)  (the dQ kernel's P, times 256, equal to it up to fp32
+#                                               rounding: f's factors multiply in another order)
 #   dV_j += sum_i (256 P_ij)^ dO^_i * dO's tile scale / 256
-#   dP^T_ji = (V^_j . dO^_i) * c;   256 dS^T_ji = 256 P_ij (dP_ij - delta_i)
-#   dK_j += tau sum_i (256 dS^T_ji)^ Q^_i * (row scale / 256) * Q's tile scale
+#   dP^T_ji = (V^_j . dO^_i) * c, c = V's tile scale * dO's tile scale;  256 dS^T_ji = 256 P_ij (dP_ij - delta_i)
+#   dK_j += tau sum_i (256 dS^T_ji)^ Q^_i * (row scale / 256) * Q's tile scale, row scale = amax_j / 448
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA,
