@@ -37,11 +37,11 @@ def fp8_unavailable(device, head_dim=None):
         import attention_fp8
     except Exception as e:  # the kernel has not landed, or triton is missing
         return f"attention_fp8 does not import ({type(e).__name__}: {e})"
-    if device.type == "cuda":
+    if device.type == "cuda" and not attention_fp8.fp8_supported(device):
         name, cap = torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
-        supported = getattr(attention_fp8, "fp8_supported", lambda d: cap >= (8, 9))
-        if not supported(device):
-            return f"{name} (compute capability {cap[0]}.{cap[1]}) has no FP8 tensor cores (needs 8.9+)"
+        if torch.version.hip is not None:
+            return f"{name}: an AMD GPU (ROCm), and the kernel is written for NVIDIA's FP8 tensor cores"
+        return f"{name} (compute capability {cap[0]}.{cap[1]}) has no FP8 tensor cores (needs 8.9+)"
     if head_dim is not None and head_dim not in attention_fp8.HEAD_DIMS:
         return (f"head dim {head_dim} (n_embd / n_head): the fp8 kernel takes "
                 f"{' or '.join(map(str, attention_fp8.HEAD_DIMS))}")
@@ -310,7 +310,7 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
         """Extend idx (b, t) by max_new_tokens tokens sampled one at a time; the context is cropped to
         block_size. temperature 0 takes the argmax. Call model.eval() first."""
-        if temperature < 0 or (top_k is not None and top_k < 1):
+        if not temperature >= 0 or (top_k is not None and top_k < 1):  # nan fails too
             raise ValueError(f"temperature={temperature}, top_k={top_k}: need temperature >= 0 and top_k >= 1")
         for _ in range(max_new_tokens):
             idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]

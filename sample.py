@@ -15,7 +15,7 @@ import torch
 
 import configurator
 from data.common import get_tokenizer
-from model import GPT, GPTConfig, resolve_attention
+from model import ATTENTION_PATHS, GPT, GPTConfig, resolve_attention
 from train import load_checkpoint
 
 
@@ -42,7 +42,7 @@ def main(argv=None):
         raise SystemExit(f"config error: {e}")
     if cfg.num_samples < 1 or cfg.max_new_tokens < 1:
         raise SystemExit(f"num_samples={cfg.num_samples}, max_new_tokens={cfg.max_new_tokens}: both must be at least 1")
-    if cfg.temperature < 0 or cfg.top_k < 0:
+    if not cfg.temperature >= 0 or cfg.top_k < 0:  # written so that nan fails too
         raise SystemExit(f"temperature={cfg.temperature}, top_k={cfg.top_k}: both must be >= 0 "
                          "(temperature 0 takes the most likely token; top_k 0 keeps all)")
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -66,6 +66,11 @@ def main(argv=None):
         model_args["attention"], _ = resolve_attention(cfg.attention, device, model_args["n_embd"] // model_args["n_head"])
     except RuntimeError as e:  # an fp8 path asked for where the kernel cannot run
         raise SystemExit(str(e))
+    # to stderr, so that stdout holds only the samples; auto may pick another path than training used
+    trained = ckpt["model_args"].get("attention", "sdpa")
+    print(f"attention: {ATTENTION_PATHS[model_args['attention']]} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'}"
+          f" | {device}" + (f" (the checkpoint trained with {trained})" if trained != model_args["attention"] else ""),
+          file=sys.stderr)
     try:
         model = GPT(GPTConfig(**model_args))
         model.load_state(ckpt["model"])

@@ -80,7 +80,7 @@ class TrainConfig:
 
 def load_config(argv):
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not any(not a.startswith("--") for a in argv) and not torch.cuda.is_available():
+    if all(a.startswith("-") for a in argv) and not torch.cuda.is_available():  # no preset given
         print("config: no GPU, so config/cpu_tiny.py first (the default model would take hours on a CPU)")
         argv = [CPU_PRESET] + argv
     cfg = configurator.parse(TrainConfig(), argv)
@@ -97,6 +97,8 @@ def load_config(argv):
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
     if cfg.n_embd < 1 or cfg.n_layer < 0:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_layer={cfg.n_layer}: a model needs n_embd >= 1 and n_layer >= 0")
+    if cfg.delta_monitor and cfg.n_layer == 0:
+        raise configurator.ConfigError("delta_monitor=True with n_layer=0: there is no attention layer to monitor")
     if cfg.pos == "rope" and not (cfg.rope_base > 1 and math.isfinite(cfg.rope_base)):  # base^(-2i/d) must fall
         raise configurator.ConfigError(f"rope_base={cfg.rope_base}: must be a finite number > 1")
     if cfg.n_head < 1 or cfg.n_embd % cfg.n_head:
@@ -151,7 +153,8 @@ class TrainData:
 
 def val_windows(data_dir, block_size, eval_tokens, multiple, vocab_size=2**16):
     """The fixed validation set: consecutive windows from the start of the val split, (n, T + 1) int64,
-    n trimmed to a multiple of batch_size * world_size so every eval batch has the same shape."""
+    n trimmed to a multiple of batch_size * world_size so every eval batch has the same shape (fewer
+    windows than that are kept whole, in uneven batches)."""
     T = block_size
     need, parts = max(eval_tokens // T, 1) * T + 1, []  # at least one window
     for path in shard_paths(data_dir, "val"):

@@ -5,7 +5,7 @@ are the kind a fork picks up: a loss not averaged over micro-batches, a setting 
 model, a resume that is not exact, DDP ranks that read the same windows, a mask or scale off, a shard
 read from the wrong offset. The kernel's are in tests/mutate_kernel.py, whose runner this uses.
 
-    python tests/mutate_trainer.py             # every bug, two at a time (~26 minutes on 2 CPU cores)
+    python tests/mutate_trainer.py             # every bug, two at a time (~30 minutes on 2 CPU cores)
     python tests/mutate_trainer.py -k ddp      # the bugs whose names contain ddp
 
 Left out because they change nothing the trainer computes: gradients all-reduced after every

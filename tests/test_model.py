@@ -396,3 +396,16 @@ def test_load_state_refuses_missing_and_unexpected_keys():
         tiny(pos="rope").load_state(tiny(pos="learned").state_dict())
     with pytest.raises(RuntimeError, match="Missing key.*wpe"):
         tiny(pos="learned").load_state(sd)
+
+
+def test_rocm_gpu_is_named_as_such(monkeypatch):
+    """PyTorch calls a ROCm GPU "cuda" too: fp8 is unavailable there, and the reason says it is an AMD GPU
+    rather than blaming a compute capability (an MI300X reports 9.4)."""
+    import attention_fp8
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "AMD Instinct MI300X")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 4))
+    assert not attention_fp8.fp8_supported("cuda")
+    assert M.fp8_unavailable("cuda") == ("AMD Instinct MI300X: an AMD GPU (ROCm), and the kernel is written for "
+                                         "NVIDIA's FP8 tensor cores")

@@ -123,13 +123,31 @@ def test_seed_decides_the_draws(ckpt_dir, monkeypatch, capsys):
     assert a[0] != a[1], "the two samples of one run should differ (the RNG runs on between them)"
 
 
+def test_says_which_attention_path_runs_on_stderr(ckpt_dir, tmp_path, capsys):
+    """One line on stderr (stdout holds only the samples) names the attention path and precision, and
+    says so when it is not the one the checkpoint trained with (auto picks by GPU, not by checkpoint)."""
+    opts = ["--device=cpu", "--dtype=float32", "--temperature=0", "--num_samples=1", "--max_new_tokens=2"]
+    capsys.readouterr()
+    sample.main([f"--out_dir={ckpt_dir}", *opts])
+    out, err = capsys.readouterr()
+    assert err == "attention: sdpa (PyTorch scaled_dot_product_attention) | fp32 | cpu\n", err
+    assert "attention:" not in out
+    ckpt = torch.load(os.path.join(ckpt_dir, "ckpt.pt"), weights_only=False)
+    ckpt["model_args"]["attention"] = "fp8"
+    os.makedirs(tmp_path / "fp8")
+    torch.save(ckpt, tmp_path / "fp8" / "ckpt.pt")
+    sample.main([f"--out_dir={tmp_path / 'fp8'}", *opts, "--attention=sdpa"])
+    assert capsys.readouterr().err.endswith("| fp32 | cpu (the checkpoint trained with fp8)\n")
+
+
 def test_bad_device_is_a_config_error(ckpt_dir):
     """--device=gpu is refused as train.py refuses it, naming the key, not with torch's traceback."""
     with pytest.raises(SystemExit, match=r"config error: device='gpu': expected auto, cpu, cuda or cuda:N"):
         sample.main([f"--out_dir={ckpt_dir}", "--device=gpu"])
 
 
-@pytest.mark.parametrize("opt", ["--num_samples=0", "--max_new_tokens=-1", "--temperature=-1", "--top_k=-5"])
+@pytest.mark.parametrize("opt", ["--num_samples=0", "--max_new_tokens=-1", "--temperature=-1", "--temperature=nan",
+                                 "--top_k=-5"])
 def test_bad_counts_and_sampling_options_are_refused(ckpt_dir, opt):
     """A count below 1 or a negative temperature or top_k names itself; sample.py printed an empty sample
     for --max_new_tokens=-1 before."""

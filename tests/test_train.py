@@ -233,6 +233,17 @@ def test_help_lists_every_setting_with_its_value_so_far(flag, capsys):
     assert re.search(r"^  --attention=auto +auto\|fp8\|fp8_stale\|sdpa +auto: fp8 where", out, re.M), out
 
 
+def test_short_help_shows_what_would_run(capsys):
+    """-h and --help list the same values: without a GPU both show config/cpu_tiny.py's (the preset a
+    plain run takes); -h once counted as a preset argument, and showed TrainConfig's defaults instead."""
+    outs = []
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit):
+            train.load_config([flag])
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
+
+
 def test_presets_parse():
     for name in sorted(os.listdir(os.path.join(ROOT, "config"))):
         if name.endswith(".py"):
@@ -268,6 +279,7 @@ def test_loss_falls_and_run_leaves_checkpoint_and_log(data_dir, tmp_path, capsys
     (["--dataset="], "dataset is empty"),
     (["--rope_base=0"], "rope_base=0.0: must be a finite number > 1"),
     (["--n_embd=0"], "n_embd=0, n_layer=2: a model needs n_embd >= 1"),
+    (["--n_layer=0", "--delta_monitor=True"], "delta_monitor=True with n_layer=0: there is no attention layer"),
 ])
 def test_seed_out_dir_and_dataset_errors(data_dir, tmp_path, argv, words):
     with pytest.raises(SystemExit, match=re.escape(f"config error: {words}")):
