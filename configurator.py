@@ -94,7 +94,8 @@ def usage(cfg, hints):
 def parse(cfg, argv):
     """Apply presets and --key=value overrides from argv to the dataclass instance cfg; returns cfg.
     -h or --help prints the settings as they stand at that point and exits."""
-    hints = {f.name: typing.get_type_hints(type(cfg))[f.name] for f in dataclasses.fields(cfg)}
+    hints = typing.get_type_hints(type(cfg))
+    hints = {f.name: hints[f.name] for f in dataclasses.fields(cfg)}
     for arg in argv:
         if arg in ("-h", "--help"):
             print(usage(cfg, hints))

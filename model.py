@@ -25,7 +25,9 @@ ATTENTION_PATHS = {
     "fp8_stale": "fp8 stale delta (ablation: FlashAttention's delta = rowsum(dO*O))",
     "sdpa": "sdpa (PyTorch scaled_dot_product_attention)",
 }
-_fp8_attention = None  # attention_fp8.attention, imported only when an fp8 path is built
+# attention_fp8.attention, imported only when an fp8 path is built: importing it imports triton, which a
+# CPU-only install may lack, and fixes at import whether its kernels run in the interpreter
+_fp8_attention = None
 
 
 def fp8_unavailable(device, head_dim=None):

@@ -454,7 +454,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         say(f"checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to do (raise max_iters)")
         return
 
-    start_iter, t_train, n_timed, last_loss = iter_num, 0.0, 0, None
+    start_iter, t_train, n_timed = iter_num, 0.0, 0
     good_ckpt = cfg.init_from == "resume"  # ckpt_path holds this run's weights (resumed, or saved since)
     bar = tqdm(total=cfg.max_iters, initial=iter_num, unit="it", disable=None if master else True, dynamic_ncols=True)
     while True:
@@ -531,11 +531,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                 t_train, n_timed = 0.0, 0
             say(line)
             log(**row)
-        last_loss = loss_value
         iter_num += 1
         bar.update(1)
     bar.close()
-    return last_loss
 
 
 if __name__ == "__main__":
