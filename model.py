@@ -30,6 +30,13 @@ ATTENTION_PATHS = {
 _fp8_attention = None
 
 
+def attention_line(attention, dtype, device):
+    """The start-up line of train.py and sample.py: which attention path runs, in what precision, where."""
+    device = torch.device(device)
+    where = f"cuda {torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
+    return f"attention: {ATTENTION_PATHS[attention]} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'} | {where}"
+
+
 def fp8_unavailable(device, head_dim=None):
     """Why the FP8 kernel cannot run on `device` (at this head dim, if given), or None when it can."""
     device = torch.device(device)

@@ -15,7 +15,7 @@ import torch
 
 import configurator
 from data.common import get_tokenizer
-from model import ATTENTION_PATHS, GPT, GPTConfig, resolve_attention
+from model import GPT, GPTConfig, attention_line, resolve_attention
 from train import load_checkpoint
 
 
@@ -68,9 +68,8 @@ def main(argv=None):
         raise SystemExit(str(e))
     # to stderr, so that stdout holds only the samples; auto may pick another path than training used
     trained = ckpt["model_args"].get("attention", "sdpa")
-    print(f"attention: {ATTENTION_PATHS[model_args['attention']]} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'}"
-          f" | {device}" + (f" (the checkpoint trained with {trained})" if trained != model_args["attention"] else ""),
-          file=sys.stderr)
+    print(attention_line(model_args["attention"], dtype, device)
+          + (f" (the checkpoint trained with {trained})" if trained != model_args["attention"] else ""), file=sys.stderr)
     try:
         model = GPT(GPTConfig(**model_args))
         model.load_state(ckpt["model"])

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 import configurator
 from data.common import atomic_write, known_prepare_command, load_meta, prepare_command, read_shard, shard_paths
-from model import ATTENTION_PATHS, GPT, GPTConfig, fp8_unavailable, peak_flops, resolve_attention
+from model import GPT, GPTConfig, attention_line, fp8_unavailable, peak_flops, resolve_attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_PRESET = os.path.join(HERE, "config", "cpu_tiny.py")
@@ -341,8 +341,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         raise SystemExit("delta_monitor=True needs the FP8 kernel, which cannot run here: "
                          f"{fp8_unavailable(device, head_dim)}")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    say(f"attention: {ATTENTION_PATHS[attention]} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'} | "
-        + (f"cuda {device_name}" if device.type == "cuda" else device.type)
+    say(attention_line(attention, dtype, device)
         + (f" x {world}" if world > 1 else "") + (f" (fp8 unavailable: {why_not_fp8})" if why_not_fp8 else ""))
 
     # data; the built-in corpus prepares itself the first time (smaller on a CPU, to start quickly)
