@@ -1,0 +1,206 @@
+"""
+How far each attention path moves the whole model's gradient from FP32: one checkpoint, one step's worth
+of validation batches, every parameter.
+
+    python grad_fidelity.py                            # out/ckpt.pt, 4 micro-batches of 8 sequences
+    python grad_fidelity.py --init=True                # the same architecture at a fresh initialization
+    python grad_fidelity.py --out_dir=out-ablation/fp8 --batches=8 --json=grads.json
+
+The kernel tests measure the attention gradients dQ, dK, dV; this measures what reaches the weights,
+where the optimizer sees it. The reference is the model in fp32 with PyTorch's math attention in fp32
+(TF32 off). Then each arm computes the same step gradient (the mean over the micro-batches, as train.py
+accumulates it, without clipping):
+  sdpa            BF16 SDPA under bf16 autocast: what BF16 training gets
+  fp8, fp8_stale  the FP8 kernel, matched or stale delta, under bf16 autocast: what train.py runs
+  fp8/fp32, fp8_stale/fp32   the FP8 kernel with the rest of the model in fp32 (q, k, v rounded to bf16
+                  for the kernel), so the error is the attention's alone
+and the table gives ||g - g_fp32|| / ||g_fp32|| per parameter group: the q, k and v rows of c_attn
+(W_q, W_k, W_v), the attention output projection, the MLPs, the norms, the tied embedding, and all of
+them; then W_k layer by layer, where the stale delta's error would show first (its dK errs by a shared
+translation of the keys, attention_fp8.py's docstring). One more column, "other batches", is the fp32
+gradient of a second, disjoint set of batches measured the same way: the sampling noise of one step,
+the scale the precision errors are to be read against.
+
+The model runs eagerly in eval mode (no dropout), so every arm sees the same computation but for its
+attention and precision; on the GPU the eager model's FP8 calls run the Triton kernels (a compiled model
+on Hopper runs the Gluon forward and dK/dV, the same method: attention_fp8.py, "Where the kernels run").
+"""
+import json
+import os
+import sys
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+import configurator
+from data.common import atomic_write, load_meta
+from model import GPT, GPTConfig, fp8_unavailable
+from train import dataset_dir, load_checkpoint, val_windows
+
+ARMS = {  # name: (attention path, precision of everything else)
+    "sdpa": ("sdpa", "bf16"),
+    "fp8": ("fp8", "bf16"),
+    "fp8_stale": ("fp8_stale", "bf16"),
+    "fp8/fp32": ("fp8", "fp32"),
+    "fp8_stale/fp32": ("fp8_stale", "fp32"),
+}
+GROUPS = ("W_q", "W_k", "W_v", "attn out", "MLP", "norms", "embedding")
+
+
+@dataclass
+class FidelityConfig:
+    out_dir: str = "out"  # reads out_dir/ckpt.pt: its weights, architecture and dataset
+    init: bool = False  # the checkpoint's architecture at a fresh initialization (the run's seed) instead
+    batches: int = 4  # micro-batches per step gradient
+    batch_size: int = 8  # sequences per micro-batch (of the checkpoint's block_size)
+    arms: str = ",".join(ARMS)
+    device: str = "auto"
+    json: str = ""  # also write the figures to this file
+
+
+def param_groups(model):
+    """{parameter name: [(group, layer or None, row slice)]}: which rows of each parameter belong where.
+    c_attn holds q for every head, then k and v for the n_kv_head groups (model.py), so it splits three ways."""
+    cfg = model.config
+    hs = cfg.n_embd // cfg.n_head
+    nq, nkv = cfg.n_head * hs, cfg.n_kv_head * hs
+    out = {}
+    for name, _ in model.named_parameters():
+        layer = int(name.split(".")[2]) if name.startswith("transformer.h.") else None
+        if ".attn.c_attn." in name:
+            out[name] = [("W_q", layer, slice(0, nq)), ("W_k", layer, slice(nq, nq + nkv)),
+                         ("W_v", layer, slice(nq + nkv, nq + 2 * nkv))]
+        elif ".attn.c_proj." in name:
+            out[name] = [("attn out", layer, slice(None))]
+        elif ".mlp." in name:
+            out[name] = [("MLP", layer, slice(None))]
+        elif ".ln_" in name or name.startswith("transformer.ln_f") or "_norm." in name:
+            out[name] = [("norms", layer, slice(None))]  # LayerNorms, and QK-norm's gains
+        elif name.startswith(("transformer.wte", "transformer.wpe", "lm_head")):
+            out[name] = [("embedding", None, slice(None))]  # lm_head is wte (tied): named once by PyTorch
+        else:
+            raise ValueError(f"parameter {name}: no group for it (a new kind of layer in model.py?)")
+    return out
+
+
+def relative_errors(grads, ref, groups):
+    """{group: ||g - ref|| / ||ref||} over each group's rows together, and per layer as 'group Li', and
+    'all' over every parameter."""
+    num, den = {}, {}
+    for name, parts in groups.items():
+        for group, layer, rows in parts:
+            d = (grads[name][rows] - ref[name][rows]).double().pow(2).sum().item()
+            r = ref[name][rows].double().pow(2).sum().item()
+            for key in (group, "all") + ((f"{group} L{layer}",) if layer is not None else ()):
+                num[key] = num.get(key, 0.0) + d
+                den[key] = den.get(key, 0.0) + r
+    return {k: (num[k] / den[k]) ** 0.5 if den[k] > 0 else float("nan") for k in num}
+
+
+def step_gradient(model, batches, attention, precision, device):
+    """The mean of the micro-batches' gradients, in fp32, for every parameter (by name)."""
+    for block in model.transformer.h:
+        block.attn.attention = attention
+    model.zero_grad(set_to_none=True)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
+    for x, y in batches:
+        with ctx:
+            _, loss = model(x, y)
+        (loss / len(batches)).backward()
+    return {n: p.grad.detach().float().clone() for n, p in model.named_parameters()}
+
+
+def reference_gradient(model, batches, device):
+    """fp32 throughout, the attention by PyTorch's math backend (the softmax written out in fp32)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        return step_gradient(model, batches, "sdpa", "fp32", device)
+
+
+def measure(model, batches, other_batches, arms, device):
+    """{column: {group: relative error}} for the arms and the 'other batches' column."""
+    groups = param_groups(model)
+    ref = reference_gradient(model, batches, device)
+    table = {"other batches": relative_errors(reference_gradient(model, other_batches, device), ref, groups)}
+    for arm in arms:
+        table[arm] = relative_errors(step_gradient(model, batches, *ARMS[arm], device), ref, groups)
+    return table
+
+
+def markdown(table, rows):
+    cols = list(table)
+    lines = ["| parameters | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for row in rows:
+        lines.append(f"| {row} | " + " | ".join(f"{100 * table[c][row]:.3g}%" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    try:
+        cfg = configurator.parse(FidelityConfig(), sys.argv[1:] if argv is None else argv)
+        configurator.check_device(cfg.device)
+    except configurator.ConfigError as e:
+        raise SystemExit(f"config error: {e}")
+    arms = [a for a in cfg.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        raise SystemExit(f"arms={cfg.arms!r}: unknown arm(s) {', '.join(unknown) or '(none given)'}; the arms are "
+                         f"{', '.join(ARMS)}")
+    if cfg.batches < 1 or cfg.batch_size < 1:
+        raise SystemExit(f"batches={cfg.batches}, batch_size={cfg.batch_size}: both must be at least 1")
+    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"device={cfg.device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
+    # the fp32 arms must differ from the reference in their attention alone, not by TF32 matmuls elsewhere
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    path = os.path.join(cfg.out_dir, "ckpt.pt")
+    if not os.path.exists(path):
+        raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
+    ckpt = load_checkpoint(path, ("model", "model_args", "config", "iter_num"))
+    model_args = dict(ckpt["model_args"])
+    head_dim = model_args["n_embd"] // model_args["n_head"]
+    if any(ARMS[a][0] != "sdpa" for a in arms) and fp8_unavailable(device, head_dim):
+        raise SystemExit(f"the fp8 arms need the FP8 kernel, which cannot run here: {fp8_unavailable(device, head_dim)}"
+                         " (--arms=sdpa measures BF16 alone)")
+    # built on an fp8 path so that model.py imports the kernel; each arm then sets the path of every layer
+    model_args["attention"] = "fp8" if any(ARMS[a][0] != "sdpa" for a in arms) else "sdpa"
+    torch.manual_seed(ckpt["config"].get("seed", 1337))
+    model = GPT(GPTConfig(**model_args))
+    if not cfg.init:
+        model.load_state(ckpt["model"])
+    model.to(device).eval()
+    weights = f"initialization (seed {ckpt['config'].get('seed', 1337)})" if cfg.init else f"iter {ckpt['iter_num']}"
+
+    data_dir = dataset_dir(ckpt["config"].get("dataset", "builtin"))
+    T, n = model_args["block_size"], cfg.batches * cfg.batch_size
+    try:
+        meta = load_meta(data_dir)
+        windows = val_windows(data_dir, T, 2 * n * T, cfg.batch_size, meta["vocab_size"])
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"the checkpoint's dataset {data_dir}: {e}")
+    if len(windows) < 2 * n:
+        raise SystemExit(f"the val split of {data_dir} has {len(windows)} windows of {T + 1} tokens; two sets of "
+                         f"batches x batch_size = {n} need {2 * n} (lower --batches or --batch_size)")
+    windows = windows.to(device)
+    sets = [[(w[:, :-1], w[:, 1:]) for w in windows[s * n:(s + 1) * n].split(cfg.batch_size)] for s in (0, 1)]
+
+    table = measure(model, sets[0], sets[1], arms, device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"{path} at {weights}: {model.get_num_params() / 1e6:.1f}M parameters, {model_args['n_layer']} layers, "
+          f"head dim {head_dim}; {cfg.batches} x {cfg.batch_size} x {T} validation tokens; {where}")
+    print("relative error of the step gradient against fp32, ||g - g_fp32|| / ||g_fp32||:\n")
+    print(markdown(table, GROUPS + ("all",)))
+    print("\nW_k, layer by layer:\n")
+    print(markdown(table, [f"W_k L{i}" for i in range(model_args["n_layer"])]))
+    if cfg.json:
+        record = {"checkpoint": path, "weights": weights, "device": where, "batches": cfg.batches,
+                  "batch_size": cfg.batch_size, "block_size": T, "torch": torch.__version__, "errors": table}
+        atomic_write(cfg.json, lambda f: json.dump(record, f, indent=1), mode="w")
+        print(f"\nwrote {cfg.json}")
+
+
+if __name__ == "__main__":
+    main()
