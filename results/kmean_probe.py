@@ -27,9 +27,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import model as model_module
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import model as model_module  # noqa: E402
 import grad_fidelity  # noqa: E402
 from attention_fp8 import attention  # noqa: E402
 from data.common import load_meta  # noqa: E402
