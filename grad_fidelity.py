@@ -2,7 +2,7 @@
 How far each attention path moves the whole model's gradient from FP32: one checkpoint, one step's worth
 of validation batches, every parameter.
 
-    python grad_fidelity.py                            # out/ckpt.pt, 4 micro-batches of 8 sequences
+    python grad_fidelity.py                            # out/ckpt.pt, 4 micro-batches of 16 sequences
     python grad_fidelity.py --init=True                # the same architecture at a fresh initialization
     python grad_fidelity.py --out_dir=out-ablation/fp8 --batches=8 --json=grads.json
 
@@ -17,18 +17,21 @@ accumulates it, without clipping):
 and the table gives ||g - g_fp32|| / ||g_fp32|| per parameter group: the q, k and v rows of c_attn
 (W_q, W_k, W_v), the attention output projection, the MLPs, the norms, the tied embedding, and all of
 them; then W_k layer by layer, where the stale delta's error would show first (its dK errs by a shared
-translation of the keys, attention_fp8.py's docstring). One more column, "other batches", is the fp32
-gradient of a second, disjoint set of batches measured the same way: the sampling noise of one step,
-the scale the precision errors are to be read against.
+translation of the keys, attention_fp8.py's docstring). The fp32 arms' error includes the rounding of q,
+k and v to bf16 for the kernel. One more column, "other batches", is the fp32 step gradient of the next
+batches x batch_size windows of the val split, measured against the reference the same way: how far
+apart two steps' gradients are, the scale to read the precision errors against (for independent batches
+it is sqrt(2) times one step's sampling noise; these windows are consecutive text).
 
 The model runs eagerly in eval mode (no dropout), so every arm sees the same computation but for its
-attention and precision; on the GPU the eager model's FP8 calls run the Triton kernels (a compiled model
-on Hopper runs the Gluon forward and dK/dV, the same method: attention_fp8.py, "Where the kernels run").
+attention and precision. On a Hopper GPU eager FP8 calls below 2^29 scores (B H N^2) run the Triton
+kernels, as the default model's do; a compiled model runs the Gluon forward and dK/dV, the same method
+with other tilings (attention_fp8.py, HOPPER_FORWARD_MIN_SCORES).
 """
 import json
 import os
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +39,7 @@ import torch
 import configurator
 from data.common import atomic_write, load_meta
 from model import GPT, GPTConfig, fp8_unavailable
-from train import dataset_dir, load_checkpoint, val_windows
+from train import ARCH_KEYS, dataset_dir, load_checkpoint, val_windows
 
 ARMS = {  # name: (attention path, precision of everything else)
     "sdpa": ("sdpa", "bf16"),
@@ -53,7 +56,7 @@ class FidelityConfig:
     out_dir: str = "out"  # reads out_dir/ckpt.pt: its weights, architecture and dataset
     init: bool = False  # the checkpoint's architecture at a fresh initialization (the run's seed) instead
     batches: int = 4  # micro-batches per step gradient
-    batch_size: int = 8  # sequences per micro-batch (of the checkpoint's block_size)
+    batch_size: int = 16  # sequences per micro-batch (of the checkpoint's block_size): train.py's default step
     arms: str = ",".join(ARMS)
     device: str = "auto"
     json: str = ""  # also write the figures to this file
@@ -98,16 +101,28 @@ def relative_errors(grads, ref, groups):
     return {k: (num[k] / den[k]) ** 0.5 if den[k] > 0 else float("nan") for k in num}
 
 
+@contextmanager
+def fp32_matmuls():
+    """TF32 off while it lasts (train.py turns it on, and the setting is global): the reference must be
+    fp32, and the fp32 arms must differ from it in their attention alone."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def step_gradient(model, batches, attention, precision, device):
     """The mean of the micro-batches' gradients, in fp32, for every parameter (by name)."""
     for block in model.transformer.h:
         block.attn.attention = attention
     model.zero_grad(set_to_none=True)
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
-    for x, y in batches:
-        with ctx:
-            _, loss = model(x, y)
-        (loss / len(batches)).backward()
+    with fp32_matmuls():  # forward and backward; under autocast the matmuls are bf16 anyway
+        for x, y in batches:
+            with torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext():
+                _, loss = model(x, y)
+            (loss / len(batches)).backward()
     return {n: p.grad.detach().float().clone() for n, p in model.named_parameters()}
 
 
@@ -136,6 +151,28 @@ def markdown(table, rows):
     return "\n".join(lines)
 
 
+def load_model(ckpt, path, init, device, fp8):
+    """The checkpoint's model (or its architecture freshly initialized with its run's seed, as train.py
+    seeds it), in fp32 on device, eval mode. Built on an fp8 path when an arm needs the kernel, so that
+    model.py imports it; each arm then sets the path of every layer."""
+    model_args = ckpt["model_args"]
+    missing = [k for k in ARCH_KEYS + ("block_size", "vocab_size") if not isinstance(model_args, dict) or k not in model_args]
+    if missing:
+        raise SystemExit(f"{path}: model_args has no {', '.join(missing)}: not a checkpoint train.py wrote")
+    head_dim = model_args["n_embd"] // model_args["n_head"]
+    if fp8 and fp8_unavailable(device, head_dim):
+        raise SystemExit(f"the fp8 arms need the FP8 kernel, which cannot run here: {fp8_unavailable(device, head_dim)}"
+                         " (--arms=sdpa measures BF16 alone)")
+    torch.manual_seed(ckpt.get("config", {}).get("seed", 1337))
+    try:
+        model = GPT(GPTConfig(**dict(model_args, attention="fp8" if fp8 else "sdpa")))
+        if not init:
+            model.load_state(ckpt["model"])
+    except (TypeError, ValueError, RuntimeError) as e:  # weights or settings this model.py does not build
+        raise SystemExit(f"{path}: its model does not load here: {type(e).__name__}: {e}")
+    return model.to(device).eval()
+
+
 def main(argv=None):
     try:
         cfg = configurator.parse(FidelityConfig(), sys.argv[1:] if argv is None else argv)
@@ -152,29 +189,20 @@ def main(argv=None):
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"device={cfg.device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
-    # the fp32 arms must differ from the reference in their attention alone, not by TF32 matmuls elsewhere
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
+    if cfg.json and not os.path.isdir(os.path.dirname(os.path.abspath(cfg.json))):
+        raise SystemExit(f"json={cfg.json}: no folder {os.path.dirname(os.path.abspath(cfg.json))} to write it in")
     path = os.path.join(cfg.out_dir, "ckpt.pt")
     if not os.path.exists(path):
         raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
-    ckpt = load_checkpoint(path, ("model", "model_args", "config", "iter_num"))
-    model_args = dict(ckpt["model_args"])
+    ckpt = load_checkpoint(path, ("model", "model_args", "iter_num"))
+    fp8 = any(ARMS[a][0] != "sdpa" for a in arms)
+    model = load_model(ckpt, path, cfg.init, device, fp8)
+    run = ckpt.get("config", {})
+    weights = f"initialization (seed {run.get('seed', 1337)})" if cfg.init else f"iter {ckpt['iter_num']}"
+    model_args = ckpt["model_args"]
     head_dim = model_args["n_embd"] // model_args["n_head"]
-    if any(ARMS[a][0] != "sdpa" for a in arms) and fp8_unavailable(device, head_dim):
-        raise SystemExit(f"the fp8 arms need the FP8 kernel, which cannot run here: {fp8_unavailable(device, head_dim)}"
-                         " (--arms=sdpa measures BF16 alone)")
-    # built on an fp8 path so that model.py imports the kernel; each arm then sets the path of every layer
-    model_args["attention"] = "fp8" if any(ARMS[a][0] != "sdpa" for a in arms) else "sdpa"
-    torch.manual_seed(ckpt["config"].get("seed", 1337))
-    model = GPT(GPTConfig(**model_args))
-    if not cfg.init:
-        model.load_state(ckpt["model"])
-    model.to(device).eval()
-    weights = f"initialization (seed {ckpt['config'].get('seed', 1337)})" if cfg.init else f"iter {ckpt['iter_num']}"
 
-    data_dir = dataset_dir(ckpt["config"].get("dataset", "builtin"))
+    data_dir = dataset_dir(run.get("dataset", "builtin"))
     T, n = model_args["block_size"], cfg.batches * cfg.batch_size
     try:
         meta = load_meta(data_dir)

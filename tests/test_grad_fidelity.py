@@ -36,6 +36,12 @@ def test_groups_cover_every_parameter_row_once():
     (q, _, sq), (k, _, sk), (v, _, sv) = groups["transformer.h.1.attn.c_attn.weight"]
     assert (q, k, v) == ("W_q", "W_k", "W_v") and (sq, sk, sv) == (slice(0, 32), slice(32, 48), slice(48, 64))
     assert {g for parts in groups.values() for g, _, _ in parts} == set(grad_fidelity.GROUPS)
+    for name, group in (("transformer.h.0.attn.c_proj.weight", "attn out"), ("transformer.h.0.mlp.c_proj.weight", "MLP"),
+                        ("transformer.h.0.mlp.c_fc.weight", "MLP"), ("transformer.h.2.ln_2.weight", "norms"),
+                        ("transformer.h.1.attn.k_norm.weight", "norms"), ("transformer.ln_f.weight", "norms"),
+                        ("transformer.wte.weight", "embedding")):
+        assert [g for g, _, _ in groups[name]] == [group], name
+    assert "lm_head.weight" not in groups  # tied to wte: one parameter, both gradients in it
 
 
 def test_relative_error_is_that_of_the_rows_changed():
@@ -56,18 +62,26 @@ def test_relative_error_is_that_of_the_rows_changed():
         assert err[key] == 0, key
 
 
-def test_reference_is_fp32_attention_in_an_fp32_model():
+@pytest.mark.parametrize("device", ["cpu"] + ["cuda"] * torch.cuda.is_available())
+def test_reference_is_fp32_attention_in_an_fp32_model(device):
     # the reference against the same model in float64: fp32 rounding only (a bf16 or TF32 step anywhere, or
-    # autocast left on, would put it near 1e-3). No QK-norm: model.py's RMSNorm computes in fp32 whatever the dtype
-    gpt = tiny_gpt(qk_norm=False)
-    x = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(1))
+    # autocast left on, would put it near 1e-3). TF32 on first, as train.py leaves it. No QK-norm: model.py's
+    # RMSNorm computes in fp32 whatever the dtype
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    device = torch.device(device)
+    gpt = tiny_gpt(qk_norm=False, n_embd=256).to(device)  # wide enough for TF32 to show, were it on
+    x = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(1)).to(device)
     batches = [(x[:1, :-1], x[:1, 1:]), (x[1:, :-1], x[1:, 1:])]
-    ref = grad_fidelity.reference_gradient(gpt, batches, torch.device("cpu"))
-    exact = grad_fidelity.step_gradient(copy.deepcopy(gpt).double(), batches, "sdpa", "fp32", torch.device("cpu"))
-    err = grad_fidelity.relative_errors(ref, exact, grad_fidelity.param_groups(gpt))
-    assert 0 < err["all"] < 1e-5, err["all"]
-    bf16 = grad_fidelity.step_gradient(gpt, batches, "sdpa", "bf16", torch.device("cpu"))
-    assert grad_fidelity.relative_errors(bf16, exact, grad_fidelity.param_groups(gpt))["all"] > 1e-3
+    try:
+        ref = grad_fidelity.reference_gradient(gpt, batches, device)
+        exact = grad_fidelity.step_gradient(copy.deepcopy(gpt).double(), batches, "sdpa", "fp32", device)
+        assert torch.backends.cuda.matmul.allow_tf32, "TF32 was not restored"
+        err = grad_fidelity.relative_errors(ref, exact, grad_fidelity.param_groups(gpt))
+        assert 0 < err["all"] < 1e-5, err["all"]
+        bf16 = grad_fidelity.step_gradient(gpt, batches, "sdpa", "bf16", device)
+        assert grad_fidelity.relative_errors(bf16, exact, grad_fidelity.param_groups(gpt))["all"] > 1e-3
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
 
 
 @needs_kernel
@@ -85,15 +99,31 @@ def test_run_on_a_checkpoint(data_dir, tmp_path, capsys):  # noqa: F811
         assert all(0 < e < float("inf") for e in col.values()), col
     for arm in ("fp8/fp32", "fp8_stale/fp32", "fp8", "fp8_stale"):
         assert table[arm]["all"] < 0.3, (arm, table[arm]["all"])
+    assert table["sdpa"]["all"] > 1e-3  # BF16, not the fp32 reference again
+    assert table["fp8/fp32"]["all"] != table["fp8"]["all"]  # the rest of the model in fp32, not autocast
     # matched and stale differ only in the attention backward's delta. The last layer's MLP and its attention
     # output projection take their gradients before any attention backward runs, so they are equal bit for bit;
     # the last layer's W_k comes out of that attention backward, so it must differ: the setting reaches the kernel
-    for rows in ("MLP L2", "attn out L2"):
+    for rows in ("MLP L2", "attn out L2", "W_v L2"):  # dV = P^T dO has no delta in it either
         assert table["fp8/fp32"][rows] == table["fp8_stale/fp32"][rows], rows
         assert table["fp8"][rows] == table["fp8_stale"][rows], rows
     assert table["fp8/fp32"]["W_k L2"] != table["fp8_stale/fp32"]["W_k L2"]
     # there the fp32 arms' error is the FP8 forward's alone: at the percent level, neither 0 nor 100%
     assert 1e-4 < table["fp8/fp32"]["MLP L2"] < 0.2
+
+
+def test_init_is_a_fresh_model_with_the_runs_seed(data_dir, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=2", "--seed=7"))
+    ckpt = train.load_checkpoint(str(out / "ckpt.pt"))
+    fresh = grad_fidelity.load_model(ckpt, "ckpt.pt", True, torch.device("cpu"), fp8=False)
+    trained = grad_fidelity.load_model(ckpt, "ckpt.pt", False, torch.device("cpu"), fp8=False)
+    torch.manual_seed(7)
+    seeded = GPT(trained.config)
+    for (name, p), q in zip(fresh.named_parameters(), seeded.parameters()):
+        assert torch.equal(p, q), name
+    assert not all(torch.equal(p, r) for p, r in zip(fresh.parameters(), trained.parameters()))
+    assert not fresh.training
 
 
 def test_errors_name_the_problem(data_dir, tmp_path):  # noqa: F811
@@ -107,3 +137,10 @@ def test_errors_name_the_problem(data_dir, tmp_path):  # noqa: F811
     train.main(args(data_dir, out, "--max_iters=1"))
     with pytest.raises(SystemExit, match="windows.*lower --batches"):
         grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", "--batches=1000"])
+    with pytest.raises(SystemExit, match="json=.*no folder"):
+        grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", f"--json={tmp_path / 'no' / 'x.json'}"])
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    del ckpt["model_args"]["n_kv_head"]
+    torch.save(ckpt, out / "ckpt.pt")
+    with pytest.raises(SystemExit, match="model_args has no n_kv_head"):
+        grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa"])
