@@ -13,12 +13,11 @@ accumulates it, without clipping):
   sdpa            BF16 SDPA under bf16 autocast: what BF16 training gets
   fp8, fp8_stale  the FP8 kernel, matched or stale delta, under bf16 autocast: what train.py runs
   fp8/fp32, fp8_stale/fp32   the FP8 kernel with the rest of the model in fp32 (q, k, v rounded to bf16
-                  for the kernel), so the error is the attention's alone
+                  for the kernel), so the error is the attention's alone, that rounding included
 and the table gives ||g - g_fp32|| / ||g_fp32|| per parameter group: the q, k and v rows of c_attn
 (W_q, W_k, W_v), the attention output projection, the MLPs, the norms, the tied embedding, and all of
 them; then W_k layer by layer, where the stale delta's error would show first (its dK errs by a shared
-translation of the keys, attention_fp8.py's docstring). The fp32 arms' error includes the rounding of q,
-k and v to bf16 for the kernel. One more column, "other batches", is the fp32 step gradient of the next
+translation of the keys, attention_fp8.py's docstring). One more column, "other batches", is the fp32 step gradient of the next
 batches x batch_size windows of the val split, measured against the reference the same way: how far
 apart two steps' gradients are, the scale to read the precision errors against (for independent batches
 it is sqrt(2) times one step's sampling noise; these windows are consecutive text).
