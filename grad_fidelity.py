@@ -17,10 +17,11 @@ accumulates it, without clipping):
 and the table gives ||g - g_fp32|| / ||g_fp32|| per parameter group: the q, k and v rows of c_attn
 (W_q, W_k, W_v), the attention output projection, the MLPs, the norms, the tied embedding, and all of
 them; then W_k layer by layer, where the stale delta's error would show first (its dK errs by a shared
-translation of the keys, attention_fp8.py's docstring). One more column, "other batches", is the fp32 step gradient of the next
-batches x batch_size windows of the val split, measured against the reference the same way: how far
-apart two steps' gradients are, the scale to read the precision errors against (for independent batches
-it is sqrt(2) times one step's sampling noise; these windows are consecutive text).
+translation of the keys, attention_fp8.py's docstring). One more column, "other batches", is the fp32
+step gradient of the next batches x batch_size windows of the val split, measured against the reference
+the same way: how far apart two steps' gradients are, the scale to read the precision errors against
+(for independent batches it is sqrt(2) times one step's sampling noise; these windows are consecutive
+text).
 
 The model runs eagerly in eval mode (no dropout), so every arm sees the same computation but for its
 attention and precision. On a Hopper GPU eager FP8 calls below 2^29 scores (B H N^2) run the Triton
