@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 import configurator
-from model import ATTENTION_PATHS, GPT, GPTConfig, resolve_attention
+from model import ATTENTION_PATHS, GPT, GPTConfig, resolve_attention, shape_problem
 
 SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}  # forced SDPA backends
 PATHS = ["auto", *ATTENTION_PATHS, *SDPA_BACKENDS]  # what --attentions= may list
@@ -117,9 +117,9 @@ def load_config(argv):
     for key in ("warmup", "n_kv_head"):
         if getattr(cfg, key) < 0:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
-    if cfg.n_embd % cfg.n_head or (cfg.n_kv_head and cfg.n_head % cfg.n_kv_head):
-        raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_head={cfg.n_head}, n_kv_head={cfg.n_kv_head}: n_embd must "
-                                       "be a multiple of n_head, and n_head of n_kv_head (0: n_head)")
+    why = shape_problem(cfg.n_embd, cfg.n_head, cfg.n_kv_head)  # the model takes RoPE
+    if why:
+        raise configurator.ConfigError(why)
     configurator.check_device(cfg.device)
     return cfg, attentions, block_sizes
 

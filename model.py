@@ -72,6 +72,19 @@ def resolve_attention(requested, device, head_dim=None):
     return requested, None
 
 
+def shape_problem(n_embd, n_head, n_kv_head=0, pos="rope"):
+    """What is wrong with these attention dimensions, or None. n_kv_head 0 means n_head. train.py and
+    bench_train.py turn the answer into a config error, GPT into a ValueError."""
+    if n_head < 1 or n_embd % n_head:
+        return f"n_embd={n_embd} must be a multiple of n_head={n_head} (head dim n_embd / n_head)"
+    if n_kv_head < 0 or (n_kv_head and n_head % n_kv_head):
+        return f"n_head={n_head} must be a multiple of n_kv_head={n_kv_head} (0: n_head)"
+    if pos == "rope" and (n_embd // n_head) % 2:
+        return (f"pos=rope turns pairs of channels: head dim n_embd / n_head = {n_embd // n_head} must be even "
+                "(or pos=learned / none)")
+    return None
+
+
 # -----------------------------------------------------------------------------------------------------
 
 class LayerNorm(nn.Module):
@@ -113,9 +126,7 @@ def apply_rope(x, cos, sin):
 class CausalSelfAttention(nn.Module):
 
     def __init__(self, config):
-        super().__init__()
-        assert config.n_embd % config.n_head == 0, f"n_embd {config.n_embd} is not a multiple of n_head"
-        assert config.n_head % config.n_kv_head == 0, f"n_head {config.n_head} is not a multiple of n_kv_head"
+        super().__init__()  # GPT has checked the shapes (shape_problem)
         self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
         self.head_dim = config.n_embd // config.n_head
         # q for every head, k and v for the n_kv_head groups (GQA), in one matmul
@@ -211,9 +222,11 @@ class GPT(nn.Module):
         super().__init__()
         assert config.vocab_size is not None and config.block_size is not None
         assert config.pos in ("rope", "learned", "none"), f"pos={config.pos!r}: expected rope, learned or none"
-        if config.pos == "rope" and (config.n_embd // config.n_head) % 2:
-            raise ValueError(f"pos=rope turns pairs of channels: head dim n_embd / n_head = "
-                             f"{config.n_embd // config.n_head} must be even")
+        if config.n_kv_head < 1:  # the trainer's 0 ("same as n_head") is resolved before a GPTConfig is made
+            raise ValueError(f"n_kv_head={config.n_kv_head}: GPTConfig takes the number of k/v heads, at least 1")
+        why = shape_problem(config.n_embd, config.n_head, config.n_kv_head, config.pos)
+        if why:
+            raise ValueError(why)
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 import configurator
 from data.common import atomic_write, known_prepare_command, load_meta, prepare_command, read_shard, shard_paths
-from model import GPT, GPTConfig, attention_line, fp8_unavailable, peak_flops, resolve_attention
+from model import GPT, GPTConfig, attention_line, fp8_unavailable, peak_flops, resolve_attention, shape_problem
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_PRESET = os.path.join(HERE, "config", "cpu_tiny.py")
@@ -101,13 +101,9 @@ def load_config(argv):
         raise configurator.ConfigError("delta_monitor=True with n_layer=0: there is no attention layer to monitor")
     if cfg.pos == "rope" and not (cfg.rope_base > 1 and math.isfinite(cfg.rope_base)):  # base^(-2i/d) must fall
         raise configurator.ConfigError(f"rope_base={cfg.rope_base}: must be a finite number > 1")
-    if cfg.n_head < 1 or cfg.n_embd % cfg.n_head:
-        raise configurator.ConfigError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head} (head dim n_embd / n_head)")
-    if cfg.pos == "rope" and (cfg.n_embd // cfg.n_head) % 2:
-        raise configurator.ConfigError(f"pos=rope turns pairs of channels: head dim n_embd / n_head = "
-                                       f"{cfg.n_embd // cfg.n_head} must be even (or pos=learned / none)")
-    if cfg.n_kv_head < 0 or (cfg.n_kv_head and cfg.n_head % cfg.n_kv_head):
-        raise configurator.ConfigError(f"n_head={cfg.n_head} must be a multiple of n_kv_head={cfg.n_kv_head} (0: n_head)")
+    why = shape_problem(cfg.n_embd, cfg.n_head, cfg.n_kv_head, cfg.pos)
+    if why:
+        raise configurator.ConfigError(why)
     if not 0 <= cfg.seed < 2**32:  # numpy's generators take no negative seed, torch's none past 2^64
         raise configurator.ConfigError(f"seed={cfg.seed}: must be in [0, 2^32)")
     if not cfg.out_dir or not cfg.dataset:

@@ -76,8 +76,10 @@ def test_peak_gib(monkeypatch):
     ("--steps=0", "steps=0: must be at least 1"),
     ("--device=gpu", "device='gpu': expected auto, cpu, cuda or cuda:N"),
     ("--attentions=sdpa,bogus", "unknown path(s) 'bogus'; the paths are auto, fp8, fp8_stale, sdpa, sdpa_cudnn,"),
-    ("--n_head=5", "n_embd=768, n_head=5, n_kv_head=0: n_embd must be a multiple of n_head"),
-    ("--n_kv_head=5", "n_head of n_kv_head"),
+    ("--n_head=5", "n_embd=768 must be a multiple of n_head=5"),
+    ("--n_kv_head=5", "n_head=12 must be a multiple of n_kv_head=5"),
+    ("--n_head=0", "n_head=0: must be at least 1"),
+    ("--n_embd=180", "pos=rope turns pairs of channels: head dim n_embd / n_head = 15 must be even"),
 ])
 def test_bad_arguments_are_config_errors(monkeypatch, arg, message):
     """A bad argument ends bench_train.py with one `config error:` line naming it, before any path is timed."""

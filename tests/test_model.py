@@ -138,6 +138,17 @@ def test_rope_needs_an_even_head_dim():
     tiny(n_embd=60, n_head=4, n_kv_head=4, pos="learned")  # learned positions take any head dim
 
 
+@pytest.mark.parametrize("kw,words", [
+    (dict(n_embd=64, n_head=3, n_kv_head=3), "n_embd=64 must be a multiple of n_head=3"),
+    (dict(n_embd=64, n_head=4, n_kv_head=3), "n_head=4 must be a multiple of n_kv_head=3"),
+    (dict(n_embd=64, n_head=4, n_kv_head=0), "n_kv_head=0: GPTConfig takes the number of k/v heads"),
+])
+def test_shapes_that_do_not_divide_are_refused(kw, words):
+    # a ValueError that names them, as train.py's config error does (model.shape_problem), not an assert
+    with pytest.raises(ValueError, match=words):
+        tiny(**kw)
+
+
 def test_peak_flops_matches_whole_names():
     from model import peak_flops
     assert peak_flops("NVIDIA H200") == peak_flops("NVIDIA H100 80GB HBM3") == 989.5e12
