@@ -27,6 +27,18 @@ def check_device(device):
         raise ConfigError(f"device={device!r}: expected auto, cpu, cuda or cuda:N")
 
 
+def pick_device(device):
+    """The torch.device of a checked device setting (auto: the GPU if PyTorch sees one). A cuda device where
+    PyTorch sees none stops here with a message rather than deep in a traceback. (train.py picks its own:
+    under torchrun each process takes the GPU of its LOCAL_RANK.)"""
+    import torch  # here, so that the config module itself needs no torch
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"device={device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
+    return torch.device(device)
+
+
 def _convert(key, value, typ, where):
     """value (a str from the command line, or a Python value from a preset) as the field's type."""
     choices = typing.get_args(typ) if typing.get_origin(typ) is typing.Literal else None

@@ -38,7 +38,7 @@ import torch
 
 import configurator
 from data.common import atomic_write, load_meta
-from model import GPT, GPTConfig, fp8_unavailable
+from model import GPT, GPTConfig, fp8_unavailable, shape_problem
 from train import ARCH_KEYS, dataset_dir, load_checkpoint, val_windows
 
 ARMS = {  # name: (attention path, precision of everything else)
@@ -159,6 +159,9 @@ def load_model(ckpt, path, init, device, fp8):
     missing = [k for k in ARCH_KEYS + ("block_size", "vocab_size") if not isinstance(model_args, dict) or k not in model_args]
     if missing:
         raise SystemExit(f"{path}: model_args has no {', '.join(missing)}: not a checkpoint train.py wrote")
+    why = shape_problem(model_args["n_embd"], model_args["n_head"], model_args["n_kv_head"], model_args["pos"])
+    if why:
+        raise SystemExit(f"{path}: {why}")
     head_dim = model_args["n_embd"] // model_args["n_head"]
     if fp8 and fp8_unavailable(device, head_dim):
         raise SystemExit(f"the fp8 arms need the FP8 kernel, which cannot run here: {fp8_unavailable(device, head_dim)}"
@@ -186,9 +189,7 @@ def main(argv=None):
                          f"{', '.join(ARMS)}")
     if cfg.batches < 1 or cfg.batch_size < 1:
         raise SystemExit(f"batches={cfg.batches}, batch_size={cfg.batch_size}: both must be at least 1")
-    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"device={cfg.device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
+    device = configurator.pick_device(cfg.device)
     if cfg.json and not os.path.isdir(os.path.dirname(os.path.abspath(cfg.json))):
         raise SystemExit(f"json={cfg.json}: no folder {os.path.dirname(os.path.abspath(cfg.json))} to write it in")
     path = os.path.join(cfg.out_dir, "ckpt.pt")
@@ -199,11 +200,10 @@ def main(argv=None):
     model = load_model(ckpt, path, cfg.init, device, fp8)
     run = ckpt.get("config", {})
     weights = f"initialization (seed {run.get('seed', 1337)})" if cfg.init else f"iter {ckpt['iter_num']}"
-    model_args = ckpt["model_args"]
-    head_dim = model_args["n_embd"] // model_args["n_head"]
+    arch = model.config
 
     data_dir = dataset_dir(run.get("dataset", "builtin"))
-    T, n = model_args["block_size"], cfg.batches * cfg.batch_size
+    T, n = arch.block_size, cfg.batches * cfg.batch_size
     try:
         meta = load_meta(data_dir)
         windows = val_windows(data_dir, T, 2 * n * T, cfg.batch_size, meta["vocab_size"])
@@ -217,12 +217,12 @@ def main(argv=None):
 
     table = measure(model, sets[0], sets[1], arms, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"{path} at {weights}: {model.get_num_params() / 1e6:.1f}M parameters, {model_args['n_layer']} layers, "
-          f"head dim {head_dim}; {cfg.batches} x {cfg.batch_size} x {T} validation tokens; {where}")
+    print(f"{path} at {weights}: {model.get_num_params() / 1e6:.1f}M parameters, {arch.n_layer} layers, "
+          f"head dim {arch.n_embd // arch.n_head}; {cfg.batches} x {cfg.batch_size} x {T} validation tokens; {where}")
     print("relative error of the step gradient against fp32, ||g - g_fp32|| / ||g_fp32||:\n")
     print(markdown(table, GROUPS + ("all",)))
     print("\nW_k, layer by layer:\n")
-    print(markdown(table, [f"W_k L{i}" for i in range(model_args["n_layer"])]))
+    print(markdown(table, [f"W_k L{i}" for i in range(arch.n_layer)]))
     if cfg.json:
         record = {"checkpoint": path, "weights": weights, "device": where, "batches": cfg.batches,
                   "batch_size": cfg.batch_size, "block_size": T, "torch": torch.__version__, "errors": table}

@@ -45,9 +45,7 @@ def main(argv=None):
     if not cfg.temperature >= 0 or cfg.top_k < 0:  # written so that nan fails too
         raise SystemExit(f"temperature={cfg.temperature}, top_k={cfg.top_k}: both must be >= 0 "
                          "(temperature 0 takes the most likely token; top_k 0 keeps all)")
-    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"device={cfg.device}: PyTorch sees no CUDA GPU here; use --device=cpu (or auto)")
+    device = configurator.pick_device(cfg.device)
     dtype = cfg.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"

@@ -140,6 +140,9 @@ def test_errors_name_the_problem(data_dir, tmp_path):  # noqa: F811
     with pytest.raises(SystemExit, match="json=.*no folder"):
         grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", f"--json={tmp_path / 'no' / 'x.json'}"])
     ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    torch.save(dict(ckpt, model_args=dict(ckpt["model_args"], n_head=0)), out / "ckpt.pt")
+    with pytest.raises(SystemExit, match="must be a multiple of n_head=0"):
+        grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa"])
     del ckpt["model_args"]["n_kv_head"]
     torch.save(ckpt, out / "ckpt.pt")
     with pytest.raises(SystemExit, match="model_args has no n_kv_head"):

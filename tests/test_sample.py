@@ -140,6 +140,12 @@ def test_says_which_attention_path_runs_on_stderr(ckpt_dir, tmp_path, capsys):
     assert capsys.readouterr().err.endswith("| fp32 | cpu (the checkpoint trained with fp8)\n")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where PyTorch sees no GPU")
+def test_cuda_device_without_a_gpu_says_so(ckpt_dir):
+    with pytest.raises(SystemExit, match="device=cuda: PyTorch sees no CUDA GPU here; use --device=cpu"):
+        sample.main([f"--out_dir={ckpt_dir}", "--device=cuda"])
+
+
 def test_bad_device_is_a_config_error(ckpt_dir):
     """--device=gpu is refused as train.py refuses it, naming the key, not with torch's traceback."""
     with pytest.raises(SystemExit, match=r"config error: device='gpu': expected auto, cpu, cuda or cuda:N"):
