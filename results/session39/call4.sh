@@ -1,7 +1,7 @@
 #!/bin/bash
 # Device call 4: gpt2 (12 layers, 12 heads of 64, width 768) read 1.9% FP8 error at initialization where
 # every other size read 1.1-1.3%, whatever the micro-batch (call 3). Which of depth, width and head dim
-# does it follow? fp8 arms only, 4 x 16 windows. Carry ".carry/tiktoken_cache".
+# does it follow? fp8 and fp8/fp32 arms, 8 x 8 windows. Carry ".carry/tiktoken_cache".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 logs=/tmp/s39d; mkdir -p "$logs"
