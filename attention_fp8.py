@@ -291,10 +291,7 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
                 stride_ob, stride_oh, stride_on,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     # Causal: the last query tiles see the most keys; start them first so the short ones fill the tail.
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = _program_tile(CAUSAL)
     b = pid_bh // H
     h = pid_bh % H
     bh_kv = b * H_KV + h // (H // H_KV)        # grouped-query attention: H // H_KV query heads share a KV head
@@ -428,10 +425,7 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, stride_lb,
                    stride_dqb, stride_dqh, stride_dqn,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                    MATCHED: tl.constexpr, DEBUG: tl.constexpr, SCALES_AHEAD: tl.constexpr = False):
-    pid_m = tl.program_id(0)
-    if CAUSAL:      # longest rows first, as in the forward
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = _program_tile(CAUSAL)      # longest rows first, as in the forward
     b = pid_bh // H
     h = pid_bh % H
     bh_kv = b * H_KV + h // (H // H_KV)
@@ -536,8 +530,7 @@ def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA
 def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, stride_lb, DELTA, DK, DV,
                      sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                      D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    pid_n = tl.program_id(0)      # causal: the first key tiles see the most queries and start first
-    pid_bhk = tl.program_id(1)
+    pid_n, pid_bhk = _program_tile(False)      # causal: the first key tiles see the most queries
     b = pid_bhk // H_KV
     hk = pid_bhk % H_KV
     group = H // H_KV
@@ -597,6 +590,40 @@ def _cdiv(a, b):
 
 def _padded(n):
     return _cdiv(n, PAD) * PAD
+
+
+# The order a launch's programs start in. In a causal launch a program's work grows with its tile (a
+# query tile sees every key before it, a key tile every query after it), and the GPU starts programs
+# in grid order as earlier ones finish. Had each head's tiles come together, longest first, one head
+# after another, the last heads' longest tiles would start when most of the launch is done and the
+# launch would end on them: a tail of 6-11% of the kernel at the benchmark's shapes in a model of that
+# schedule (programs of equal rate, run as slots free up; more at N = 1024). Instead programs run in
+# sections of G heads: the longest tile of each of the G heads, then the next longest, and so on, so
+# that every head's short tiles come last (longest processing time first, as FlashAttention-3's
+# scheduler does). The grid is (G, tiles, sections) and CUDA starts programs with the first axis
+# fastest. SECTION_BYTES bounds G by what the G heads' FP8 operands take, so that their tiles, read by
+# G heads' worth of programs at once instead of one head's, can stay in L2 (50 MB on the H100 and
+# H200). G divides the heads; G = 1 is one head after another. Outputs are bit-identical for every G.
+SECTION_BYTES = 16 * 2**20
+
+
+def _grid(tiles, heads, bytes_per_head):
+    """The (G, tiles, heads / G) grid of a launch whose programs of one head read bytes_per_head of FP8
+    operands, with G the largest divisor of heads within SECTION_BYTES (see above)."""
+    assert tiles <= 65535, "a grid's second axis holds 65,535 (_check_inputs refuses longer sequences)"
+    most = max(1, SECTION_BYTES // bytes_per_head)
+    G = max(g for g in range(1, min(heads, most) + 1) if heads % g == 0)
+    return G, tiles, heads // G
+
+
+@triton.jit
+def _program_tile(LONGEST_LAST: tl.constexpr):
+    """(tile, head) of this program in a _grid. LONGEST_LAST: the kernel's last tile is its longest
+    (query tiles; key tiles are longest first), and starts first."""
+    tile = tl.program_id(1)
+    if LONGEST_LAST:
+        tile = tl.num_programs(1) - 1 - tile
+    return tile, tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
 
 
 # Host time. `kernel[grid](...)` costs about 40 us of CPU per launch in Triton 3.6 on the H200 host:
@@ -797,7 +824,7 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
     o = _empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = config(D, "fwd", shared)
-    _launch(_fwd_kernel, (_cdiv(N, cfg["BLOCK_M"]), B * H),
+    _launch(_fwd_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D),
             (q, *q.stride(), k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3]),
             D=D, CAUSAL=causal, **cfg)
     return o, lse
@@ -880,7 +907,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
     rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
     qk_scale = sm_scale * LOG2E
     cfg = config(D, "dq", shared)
-    _launch(_bwd_dq_kernel, (_cdiv(N, cfg["BLOCK_M"]), B * H),
+    _launch(_bwd_dq_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 3 * n_pad * D),
             (q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, lse.stride(0), delta_buf, dq, rowsum, sm_scale,
              qk_scale, N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3]),
             D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
@@ -889,7 +916,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
                                   sm_scale, qk_scale)
     else:
         cfg = config(D, "dkdv", shared)
-        _launch(_bwd_dkdv_kernel, (_cdiv(N, cfg["BLOCK_N"]), B * H_kv),
+        _launch(_bwd_dkdv_kernel, _grid(_cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (H // H_kv) * n_pad * D),
                 (q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, lse.stride(0), delta_buf, dk, dv,
                  sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, **cfg)
     if not debug:
@@ -1033,10 +1060,14 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
     if N == 0 or B == 0:
         raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
-    # Every launch puts the (batch, head) pairs on the grid's second axis, which CUDA caps at 65,535.
+    # CUDA caps a launch grid's second and third axes at 65,535: the quantize launches put the (batch,
+    # head) pairs on the second, the attention launches their tiles of 64 rows or more (_grid).
     if B * H > 65535:
         raise ValueError(f"attention: batch x heads = {B} x {H} = {B * H:,} is over 65,535, the most (batch, head) "
                          "pairs the kernels launch at once; split the batch across calls")
+    if _cdiv(N, 64) > 65535:
+        raise ValueError(f"attention: seq_len {N:,} is over {65535 * 64:,} (65,535 tiles of 64 rows, the most "
+                         "a launch grid's axis holds)")
     # The kernels index memory with 32-bit integers (Triton's default for these arguments): each
     # tensor they touch must span fewer than 2^31 elements, or its offsets would wrap around and
     # read and write the wrong memory. The largest is an input as laid out, or the FP8 copy of Q

@@ -126,6 +126,15 @@ def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: 
 
 
 @gluon.jit
+def _program_tile(LONGEST_LAST: gl.constexpr):
+    """attention_fp8._program_tile: (tile, head) of this program in an attention_fp8._grid."""
+    tile = gl.program_id(1)
+    if LONGEST_LAST:
+        tile = gl.num_programs(1) - 1 - tile
+    return tile, gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)
+
+
+@gluon.jit
 def _p_operand(p8, p_layout: gl.constexpr):
     """P~^ (rows, 32 c keys) from the S accumulator's registers to the A operand of the P V wgmma,
     with the keys of each 32 in the order pi that makes this a relabelling of registers, not a
@@ -164,10 +173,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     q_layout: gl.constexpr = _q_layout(D, WARPS)
 
-    pid_m = gl.program_id(0)
-    if CAUSAL:      # longest rows first, as in attention_fp8
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    pid_bh = gl.program_id(1)
+    pid_m, pid_bh = _program_tile(CAUSAL)      # longest rows first, as in attention_fp8
     b = pid_bh // H
     h = pid_bh % H
     bh_kv = b * H_KV + h // (H // H_KV)
@@ -332,7 +338,7 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
     vt_desc = TensorDescriptor.from_tensor(vt8.view(BH_kv * D, n_pad), *blocks["vt_desc"])
     o = attention_fp8._empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    attention_fp8._launch(_fwd_kernel_hopper, (attention_fp8._cdiv(N, cfg["BLOCK_M"]), B * H),
+    attention_fp8._launch(_fwd_kernel_hopper, attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D),
                           (q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B,
                            *o.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_M"] // 16, **cfg)
     return o, lse
@@ -549,8 +555,7 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
     io_layout: gl.constexpr = _q_layout(D, WARPS)
 
-    pid_n = gl.program_id(0)      # causal: the first key tiles see the most queries and start first
-    pid_bhk = gl.program_id(1)
+    pid_n, pid_bhk = _program_tile(False)      # causal: the first key tiles see the most queries
     b = pid_bhk // H_KV
     hk = pid_bhk % H_KV
     group = H // H_KV
@@ -709,7 +714,8 @@ def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal
     blocks = dkdv_descriptor_blocks(D, cfg["BLOCK_M"])
     descs = {name: TensorDescriptor.from_tensor(_pair(x, y), *blocks[name])
              for name, x, y in (("qdo_desc", q8, do8), ("qdot_desc", qt8, dot8))}
-    attention_fp8._launch(_dkdv_kernel_hopper, (attention_fp8._cdiv(N, cfg["BLOCK_N"]), B * H_kv),
+    attention_fp8._launch(_dkdv_kernel_hopper, attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_N"]), B * H_kv,
+                                                                   4 * (BH // (B * H_kv)) * n_pad * D),
                           (descs["qdo_desc"], sq, descs["qdot_desc"], k8, sk, v8, sv, sdo,
                            lse, lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad,
                            BH // B, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_N"] // 16, **cfg)

@@ -833,6 +833,43 @@ def test_backward_in_halves_is_bit_identical(B, H, H_kv, causal):
             assert torch.equal(x, y), f"{arm}: {name} from two halves differs from one pass"
 
 
+def test_launch_grid_sections():
+    """_grid: G divides the heads and is the largest that keeps G heads' operands within SECTION_BYTES
+    (one head at least, all heads at most); the grid covers every (tile, head) once."""
+    mib = 2**20
+    assert A.SECTION_BYTES == 16 * mib
+    assert A._grid(64, 64, 1 * mib) == (16, 64, 4)       # 16 heads of 1 MiB
+    assert A._grid(64, 48, 1 * mib) == (16, 64, 3)
+    assert A._grid(64, 24, 1 * mib) == (12, 64, 2)       # 16 does not divide 24: 12 does
+    assert A._grid(64, 13, 1 * mib) == (13, 64, 1)       # all of them fit
+    assert A._grid(64, 17, 1 * mib) == (1, 64, 17)       # 17 is prime: one head at a time
+    assert A._grid(8, 4, 64 * mib) == (1, 8, 4)          # a head over the bound: one at a time
+    assert A._grid(3, 6, 1) == (6, 3, 1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_launch_order_is_bit_identical(causal, monkeypatch):
+    """The programs of a launch start in sections of G heads, longest tiles first (SECTION_BYTES). The
+    order changes nothing computed: G = 1 (one head after another), G = 2 and G = all heads give the
+    same outputs and gradients, bit for bit. A head or tile index taken wrongly from the grid would
+    leave some (tile, head) unwritten or written twice, and these would differ."""
+    B, H, H_kv, N, D = 2, 6, 2, 200, 64
+    q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=37)
+    gluon_at_every_size(monkeypatch)
+    results = {}
+    for section in (0, 2 * 2 * A._padded(N) * D, 2**62):     # G = 1; 2 in the forward; every head
+        monkeypatch.setattr(A, "SECTION_BYTES", section)
+        for arm in ("matched", "stale"):
+            qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+            o = attention(qg, kg, vg, causal=causal, delta=arm)
+            o.backward(do)
+            results.setdefault(arm, []).append((o, qg.grad, kg.grad, vg.grad))
+    for arm, runs in results.items():
+        for run in runs[1:]:
+            for name, x, y in zip(("o", "dq", "dk", "dv"), runs[0], run):
+                assert torch.equal(x, y), f"{arm}: {name} depends on the launch order"
+
+
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
 def test_gpu_halves_choose_the_dkdv_kernel_by_the_whole_call(monkeypatch):
     """HOPPER_BACKWARD_MIN_SCORES counts the scores of the whole call: a call over the threshold runs
