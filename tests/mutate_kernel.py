@@ -26,6 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name: (text in attention_fp8.py, what it becomes, what the bug is)
 BUGS = {
+    "head_of_section": ("    return tile, tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)",
+                        "    return tile, tl.program_id(2) * tl.num_programs(0)",
+                        "every program of a section of heads takes its first head"),
     "delta_gain": ("pdp += tl.sum(p * dp_raw, 1) * c ", "pdp += tl.sum(p * dp_raw, 1) * c * 1.001 ",
                    "the matched delta 0.1% too large"),
     "delta_without_r": ("delta = tl.where(row_ok, pdp / tl.where(row_ok, r, 1.0), 0.0)",
@@ -83,6 +86,9 @@ BUGS = {
 # The same for attention_fp8_hopper.py (D = 128 takes the flush at the end of a tile and LSE, delta
 # through shared memory; D = 64 under Triton 3.6 the flush under the next tile's wgmmas)
 GLUON_BUGS = {
+    "gluon_head_of_section": ("    return tile, gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)",
+                              "    return tile, gl.program_id(2) * gl.num_programs(0)",
+                              "every program of a section of heads takes its first head (Gluon kernels)"),
     "gluon_dkdv_mask_strict": ("sT = gl.where(offs_m[None, :] >= offs_n[:, None], sT",
                                "sT = gl.where(offs_m[None, :] > offs_n[:, None], sT",
                                "the Gluon dK/dV kernel's causal mask drops the diagonal"),
