@@ -611,9 +611,14 @@ def _grid(tiles, heads, bytes_per_head):
     """The (G, tiles, heads / G) grid of a launch whose programs of one head read bytes_per_head of FP8
     operands, with G the largest divisor of heads within SECTION_BYTES (see above)."""
     assert tiles <= 65535, "a grid's second axis holds 65,535 (_check_inputs refuses longer sequences)"
-    most = max(1, SECTION_BYTES // bytes_per_head)
-    G = max(g for g in range(1, min(heads, most) + 1) if heads % g == 0)
+    G = _largest_divisor(heads, max(1, SECTION_BYTES // bytes_per_head))
     return G, tiles, heads // G
+
+
+@functools.lru_cache(maxsize=4096)
+def _largest_divisor(n, most):
+    """The largest divisor of n that is at most `most` (cached: a call's host time counts at small shapes)."""
+    return max(g for g in range(1, min(n, most) + 1) if n % g == 0)
 
 
 @triton.jit
