@@ -596,29 +596,36 @@ def _padded(n):
 # query tile sees every key before it, a key tile every query after it), and the GPU starts programs
 # in grid order as earlier ones finish. Had each head's tiles come together, longest first, one head
 # after another, the last heads' longest tiles would start when most of the launch is done and the
-# launch would end on them: a tail of 6-11% of the kernel at the benchmark's shapes in a model of that
-# schedule (programs of equal rate, run as slots free up; more at N = 1024). Instead programs run in
-# sections of G heads: the longest tile of each of the G heads, then the next longest, and so on, so
-# that every head's short tiles come last (longest processing time first, as FlashAttention-3's
-# scheduler does). The grid is (G, tiles, sections) and CUDA starts programs with the first axis
-# fastest. SECTION_BYTES bounds G by what the G heads' FP8 operands take, so that their tiles, read by
-# G heads' worth of programs at once instead of one head's, can stay in L2 (50 MB on the H100 and
-# H200). G divides the heads; G = 1 is one head after another. Outputs are bit-identical for every G.
+# launch would end on them: a tail of 5-11% of the kernel at the benchmark's shapes in a model of that
+# schedule (results/launch_order_model.py; more at N = 1024). Instead programs run in sections of G
+# heads: the longest tile of each of the G heads, then the next longest, and so on, so that every
+# head's short tiles come last (longest processing time first, as FlashAttention-3's scheduler does).
+# The grid is (G, tiles, sections) and CUDA starts programs with the first axis fastest. G divides
+# the heads, and is the largest that keeps the G heads' FP8 operands within SECTION_BYTES, so that
+# their tiles, read by G heads' worth of programs at once, can stay in L2 (50 MB on the H100 and
+# H200), but at least MIN_SECTION where the heads allow: with fewer, most of the tail stays in the
+# model at shapes whose heads are few or large (grouped-query dK/dV: 2 x 8 kv heads x 8192 x 128 keeps
+# 11.8% with G = 1, 0.8% with 2, 0.4% with 4). Non-causal launches, whose programs are equally long,
+# keep one head after another (G = 1). Outputs are bit-identical for every G.
 SECTION_BYTES = 16 * 2**20
+MIN_SECTION = 4
 
 
-def _grid(tiles, heads, bytes_per_head):
+def _grid(tiles, heads, bytes_per_head, causal):
     """The (G, tiles, heads / G) grid of a launch whose programs of one head read bytes_per_head of FP8
-    operands, with G the largest divisor of heads within SECTION_BYTES (see above)."""
-    assert tiles <= 65535, "a grid's second axis holds 65,535 (_check_inputs refuses longer sequences)"
-    G = _largest_divisor(heads, max(1, SECTION_BYTES // bytes_per_head))
+    operands (see SECTION_BYTES)."""
+    if tiles > 65535:       # _check_inputs refuses such lengths for the shipped tilings
+        raise ValueError(f"attention: {tiles:,} tiles of one head are over 65,535, the most a launch grid's "
+                         "second axis holds: a shorter sequence, or larger tiles")
+    G = _largest_divisor(heads, max(MIN_SECTION, SECTION_BYTES // bytes_per_head)) if causal else 1
     return G, tiles, heads // G
 
 
 @functools.lru_cache(maxsize=4096)
 def _largest_divisor(n, most):
     """The largest divisor of n that is at most `most` (cached: a call's host time counts at small shapes)."""
-    return max(g for g in range(1, min(n, most) + 1) if n % g == 0)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return max(d for d in small + [n // d for d in small] if d <= most)
 
 
 @triton.jit
@@ -829,7 +836,7 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
     o = _empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = config(D, "fwd", shared)
-    _launch(_fwd_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D),
+    _launch(_fwd_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D, causal),
             (q, *q.stride(), k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3]),
             D=D, CAUSAL=causal, **cfg)
     return o, lse
@@ -912,7 +919,7 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
     rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
     qk_scale = sm_scale * LOG2E
     cfg = config(D, "dq", shared)
-    _launch(_bwd_dq_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 3 * n_pad * D),
+    _launch(_bwd_dq_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 3 * n_pad * D, causal),
             (q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, lse.stride(0), delta_buf, dq, rowsum, sm_scale,
              qk_scale, N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3]),
             D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
@@ -921,7 +928,8 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
                                   sm_scale, qk_scale)
     else:
         cfg = config(D, "dkdv", shared)
-        _launch(_bwd_dkdv_kernel, _grid(_cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (H // H_kv) * n_pad * D),
+        grid = _grid(_cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (H // H_kv) * n_pad * D, causal)  # Q^, Q^T, dO^, dO^T
+        _launch(_bwd_dkdv_kernel, grid,
                 (q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, lse.stride(0), delta_buf, dk, dv,
                  sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, **cfg)
     if not debug:

@@ -338,7 +338,8 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
     vt_desc = TensorDescriptor.from_tensor(vt8.view(BH_kv * D, n_pad), *blocks["vt_desc"])
     o = attention_fp8._empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    attention_fp8._launch(_fwd_kernel_hopper, attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D),
+    grid = attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D, causal)   # K^, V^T
+    attention_fp8._launch(_fwd_kernel_hopper, grid,
                           (q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B,
                            *o.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_M"] // 16, **cfg)
     return o, lse
@@ -714,8 +715,9 @@ def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal
     blocks = dkdv_descriptor_blocks(D, cfg["BLOCK_M"])
     descs = {name: TensorDescriptor.from_tensor(_pair(x, y), *blocks[name])
              for name, x, y in (("qdo_desc", q8, do8), ("qdot_desc", qt8, dot8))}
-    attention_fp8._launch(_dkdv_kernel_hopper, attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_N"]), B * H_kv,
-                                                                   4 * (BH // (B * H_kv)) * n_pad * D),
+    # a kv head's programs read Q^, Q^T, dO^ and dO^T of its group of query heads
+    grid = attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (BH // (B * H_kv)) * n_pad * D, causal)
+    attention_fp8._launch(_dkdv_kernel_hopper, grid,
                           (descs["qdo_desc"], sq, descs["qdot_desc"], k8, sk, v8, sv, sdo,
                            lse, lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad,
                            BH // B, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_N"] // 16, **cfg)

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
 import attention_fp8 as A  # noqa: E402
 from attention_fp8 import attention  # noqa: E402
 
@@ -834,30 +835,60 @@ def test_backward_in_halves_is_bit_identical(B, H, H_kv, causal):
 
 
 def test_launch_grid_sections():
-    """_grid: G divides the heads and is the largest that keeps G heads' operands within SECTION_BYTES
-    (one head at least, all heads at most); the grid covers every (tile, head) once."""
+    """_grid: G divides the heads and is the largest that keeps G heads' operands within SECTION_BYTES,
+    but at least MIN_SECTION where the heads allow; G = 1 without a causal mask; the grid covers every
+    (tile, head) once; more tiles than a grid axis holds are refused."""
     mib = 2**20
-    assert A.SECTION_BYTES == 16 * mib
-    assert A._grid(64, 64, 1 * mib) == (16, 64, 4)       # 16 heads of 1 MiB
-    assert A._grid(64, 48, 1 * mib) == (16, 64, 3)
-    assert A._grid(64, 24, 1 * mib) == (12, 64, 2)       # 16 does not divide 24: 12 does
-    assert A._grid(64, 13, 1 * mib) == (13, 64, 1)       # all of them fit
-    assert A._grid(64, 17, 1 * mib) == (1, 64, 17)       # 17 is prime: one head at a time
-    assert A._grid(8, 4, 64 * mib) == (1, 8, 4)          # a head over the bound: one at a time
-    assert A._grid(3, 6, 1) == (6, 3, 1)
+    assert (A.SECTION_BYTES, A.MIN_SECTION) == (16 * mib, 4)
+    assert A._grid(64, 64, 1 * mib, True) == (16, 64, 4)       # 16 heads of 1 MiB
+    assert A._grid(64, 48, 1 * mib, True) == (16, 64, 3)
+    assert A._grid(64, 24, 1 * mib, True) == (12, 64, 2)       # 16 does not divide 24: 12 does
+    assert A._grid(64, 13, 1 * mib, True) == (13, 64, 1)       # all of them fit
+    assert A._grid(64, 17, 1 * mib, True) == (1, 64, 17)       # 17 is prime: one head at a time
+    assert A._grid(8, 8, 64 * mib, True) == (4, 8, 2)          # heads over the bound: MIN_SECTION of them
+    assert A._grid(8, 6, 64 * mib, True) == (3, 8, 2)
+    assert A._grid(3, 6, 1, True) == (6, 3, 1)
+    assert A._grid(64, 64, 1 * mib, False) == (1, 64, 64)      # no causal mask: one head at a time
+    with pytest.raises(ValueError, match="65,536 tiles of one head are over 65,535"):
+        A._grid(65536, 1, 1, True)
+
+
+@triton.jit
+def _record_program_tile(OUT, LONGEST_LAST: tl.constexpr):
+    tile, head = A._program_tile(LONGEST_LAST)
+    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
+    tl.store(OUT + 2 * pid, tile)
+    tl.store(OUT + 2 * pid + 1, head)
+
+
+@pytest.mark.parametrize("longest_last", [True, False])
+def test_programs_start_longest_tile_first_in_sections(longest_last):
+    """What _program_tile gives the k-th program to start (CUDA starts a grid's programs with the first
+    axis fastest): the sections of G heads in turn; within one, the longest tile of each of its heads, then
+    the next longest. Query tiles are longest last (LONGEST_LAST), key tiles longest first."""
+    tiles, heads = 5, 12
+    for G in (1, 3, 4, 12):
+        out = torch.full((tiles * heads, 2), -1, dtype=torch.int32, device=DEVICE)
+        _record_program_tile[(G, tiles, heads // G)](out, LONGEST_LAST=longest_last)
+        expect = [((tiles - 1 - t) if longest_last else t, s * G + h)
+                  for s in range(heads // G) for t in range(tiles) for h in range(G)]
+        assert [tuple(r) for r in out.tolist()] == expect, f"G = {G}"
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_launch_order_is_bit_identical(causal, monkeypatch):
     """The programs of a launch start in sections of G heads, longest tiles first (SECTION_BYTES). The
-    order changes nothing computed: G = 1 (one head after another), G = 2 and G = all heads give the
-    same outputs and gradients, bit for bit. A head or tile index taken wrongly from the grid would
-    leave some (tile, head) unwritten or written twice, and these would differ."""
+    order changes nothing computed: G = 1 (one head after another), G in between and G = all heads give
+    the same outputs and gradients, bit for bit. A head or tile index taken wrongly from the grid would
+    leave some (tile, head) unwritten or written twice, and these would differ. At this shape the four
+    settings give the forward G = 1, 2, 12, 12, the dQ kernel 1, 1, 6, 12, the dK/dV kernel 1, 1, 2, 4
+    (of 12 query heads and 4 kv heads)."""
     B, H, H_kv, N, D = 2, 6, 2, 200, 64
     q, k, v, do = make_inputs(B, H, H_kv, N, D, seed=37)
     gluon_at_every_size(monkeypatch)
     results = {}
-    for section in (0, 2 * 2 * A._padded(N) * D, 2**62):     # G = 1; 2 in the forward; every head
+    for least, section in ((1, 0), (1, 65536), (1, 393216), (A.MIN_SECTION, 2**62)):
+        monkeypatch.setattr(A, "MIN_SECTION", least)
         monkeypatch.setattr(A, "SECTION_BYTES", section)
         for arm in ("matched", "stale"):
             qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))

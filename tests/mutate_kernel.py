@@ -26,6 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name: (text in attention_fp8.py, what it becomes, what the bug is)
 BUGS = {
+    "section_of_head": ("    return tile, tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)",
+                        "    return tile, tl.program_id(0)",
+                        "every section of heads takes the first section's heads"),
     "head_of_section": ("    return tile, tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)",
                         "    return tile, tl.program_id(2) * tl.num_programs(0)",
                         "every program of a section of heads takes its first head"),
@@ -86,6 +89,9 @@ BUGS = {
 # The same for attention_fp8_hopper.py (D = 128 takes the flush at the end of a tile and LSE, delta
 # through shared memory; D = 64 under Triton 3.6 the flush under the next tile's wgmmas)
 GLUON_BUGS = {
+    "gluon_section_of_head": ("    return tile, gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)",
+                              "    return tile, gl.program_id(0)",
+                              "every section of heads takes the first section's heads (Gluon kernels)"),
     "gluon_head_of_section": ("    return tile, gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)",
                               "    return tile, gl.program_id(2) * gl.num_programs(0)",
                               "every program of a section of heads takes its first head (Gluon kernels)"),
@@ -111,7 +117,7 @@ GLUON_BUGS = {
     "gluon_o_not_rescaled": ("acc = acc * c[:, None] + pv           # in fp32", "acc = acc + pv           # in fp32",
                              "the Gluon forward's O not rescaled when the row max moves"),
 }
-GLUON_TESTS = ["-k", "against_fp32 or hopper or zero or weighted or dv_is or invariant"]
+GLUON_TESTS = ["-k", "against_fp32 or hopper or zero or weighted or dv_is or invariant or launch_order"]
 
 
 def run(name, bug, timeout, tests, env=None):
