@@ -176,22 +176,29 @@ def load_model(ckpt, path, init, device, fp8):
     return model.to(device).eval()
 
 
+def check_settings(arms, batches, batch_size, json_path):
+    """The arms named in `arms` (comma-separated), after checking them and the other settings that would
+    otherwise fail only after the first measurement (also results/size_probe.py's)."""
+    names = [a for a in arms.split(",") if a]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown or not names:
+        raise SystemExit(f"arms={arms!r}: unknown arm(s) {', '.join(unknown) or '(none given)'}; the arms are "
+                         f"{', '.join(ARMS)}")
+    if batches < 1 or batch_size < 1:
+        raise SystemExit(f"batches={batches}, batch_size={batch_size}: both must be at least 1")
+    if json_path and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
+        raise SystemExit(f"json={json_path}: no folder {os.path.dirname(os.path.abspath(json_path))} to write it in")
+    return names
+
+
 def main(argv=None):
     try:
         cfg = configurator.parse(FidelityConfig(), sys.argv[1:] if argv is None else argv)
         configurator.check_device(cfg.device)
     except configurator.ConfigError as e:
         raise SystemExit(f"config error: {e}")
-    arms = [a for a in cfg.arms.split(",") if a]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown or not arms:
-        raise SystemExit(f"arms={cfg.arms!r}: unknown arm(s) {', '.join(unknown) or '(none given)'}; the arms are "
-                         f"{', '.join(ARMS)}")
-    if cfg.batches < 1 or cfg.batch_size < 1:
-        raise SystemExit(f"batches={cfg.batches}, batch_size={cfg.batch_size}: both must be at least 1")
+    arms = check_settings(cfg.arms, cfg.batches, cfg.batch_size, cfg.json)
     device = configurator.pick_device(cfg.device)
-    if cfg.json and not os.path.isdir(os.path.dirname(os.path.abspath(cfg.json))):
-        raise SystemExit(f"json={cfg.json}: no folder {os.path.dirname(os.path.abspath(cfg.json))} to write it in")
     path = os.path.join(cfg.out_dir, "ckpt.pt")
     if not os.path.exists(path):
         raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")

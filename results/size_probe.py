@@ -64,20 +64,13 @@ def main():
     p.add_argument("--device", default="auto")
     p.add_argument("--json", default="", help="rewritten after each size, so a later failure keeps the earlier ones")
     a = p.parse_args()
-    sizes, arms = [s for s in a.sizes.split(",") if s], [x for x in a.arms.split(",") if x]
-    unknown = [x for x in arms if x not in grad_fidelity.ARMS]
-    if unknown or not arms:
-        raise SystemExit(f"arms={a.arms!r}: unknown arm(s) {', '.join(unknown) or '(none given)'}; the arms are "
-                         f"{', '.join(grad_fidelity.ARMS)}")
-    if a.batches < 1 or a.batch_size < 1:
-        raise SystemExit(f"batches={a.batches}, batch_size={a.batch_size}: both must be at least 1")
+    sizes = [s for s in a.sizes.split(",") if s]
+    arms = grad_fidelity.check_settings(a.arms, a.batches, a.batch_size, a.json)
     try:
         configurator.check_device(a.device)
     except configurator.ConfigError as e:
         raise SystemExit(f"config error: {e}")
     device = configurator.pick_device(a.device)
-    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
-        raise SystemExit(f"json={a.json}: no folder {os.path.dirname(os.path.abspath(a.json))} to write it in")
     fp8 = any(grad_fidelity.ARMS[x][0] != "sdpa" for x in arms)
     for name in sizes:  # every size checked before the first is measured
         n_layer, n_head, n_embd = shape(name)
