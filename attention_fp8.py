@@ -289,9 +289,10 @@ def _fwd_inner(acc, l_i, w_i, m_i, q, qs, K8, SK, VT8, SVT, offs_m, lo, hi, N, N
 @triton.jit
 def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT, O, LSE, qk_scale, N, N_pad, H, H_KV,
                 stride_ob, stride_oh, stride_on,
-                D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+                D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                G: tl.constexpr):
     # Causal: the last query tiles see the most keys; start them first so the short ones fill the tail.
-    pid_m, pid_bh = _program_tile(CAUSAL)
+    pid_m, pid_bh = _program_tile(G, CAUSAL)
     b = pid_bh // H
     h = pid_bh % H
     bh_kv = b * H_KV + h // (H // H_KV)        # grouped-query attention: H // H_KV query heads share a KV head
@@ -424,8 +425,8 @@ def _bwd_dq_kernel(Q8, SQ, K8, SK, KT8, V8, SV, DO8, SDO, DO, O, LSE, stride_lb,
                    N, N_pad, H, H_KV, stride_dob, stride_doh, stride_don, stride_dod, stride_ob, stride_oh, stride_on,
                    stride_dqb, stride_dqh, stride_dqn,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                   MATCHED: tl.constexpr, DEBUG: tl.constexpr, SCALES_AHEAD: tl.constexpr = False):
-    pid_m, pid_bh = _program_tile(CAUSAL)      # longest rows first, as in the forward
+                   MATCHED: tl.constexpr, DEBUG: tl.constexpr, G: tl.constexpr, SCALES_AHEAD: tl.constexpr = False):
+    pid_m, pid_bh = _program_tile(G, CAUSAL)      # longest rows first, as in the forward
     b = pid_bh // H
     h = pid_bh % H
     bh_kv = b * H_KV + h // (H // H_KV)
@@ -529,8 +530,9 @@ def _dkdv_inner(dk, dv, k, sk_qk, v, sv, Q8, SQ, QT8, DO8, SDO, DOT8, LSE, DELTA
 @triton.jit
 def _bwd_dkdv_kernel(Q8, SQ, QT8, K8, SK, V8, SV, DO8, SDO, DOT8, LSE, stride_lb, DELTA, DK, DV,
                      sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
-                     D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
-    pid_n, pid_bhk = _program_tile(False)      # causal: the first key tiles see the most queries
+                     D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
+                     G: tl.constexpr):
+    pid_n, pid_bhk = _program_tile(G, False)      # causal: the first key tiles see the most queries
     b = pid_bhk // H_KV
     hk = pid_bhk % H_KV
     group = H // H_KV
@@ -600,7 +602,11 @@ def _padded(n):
 # schedule (results/launch_order_model.py; more at N = 1024). Instead programs run in sections of G
 # heads: the longest tile of each of the G heads, then the next longest, and so on, so that every
 # head's short tiles come last (longest processing time first, as FlashAttention-3's scheduler does).
-# The grid is (G, tiles, sections) and CUDA starts programs with the first axis fastest. G divides
+# The grid is (G * tiles, sections): CUDA starts programs along the first axis first, and the
+# first axis runs through the G heads of a section, tile by tile. G is a constexpr of each kernel,
+# so _program_tile divides by a constant, and the tile index comes from the first axis as it did
+# before sections: the Triton kernels compiled with the tile from the second axis spilled up to 4.5
+# times as many bytes under Triton 3.6 and lost 1-8% (SPEED.md, step 23). G divides
 # the heads, and is the largest that keeps the G heads' FP8 operands within SECTION_BYTES, so that
 # their tiles, read by G heads' worth of programs at once, can stay in L2 (50 MB on the H100 and
 # H200), but at least MIN_SECTION where the heads allow: with fewer, most of the tail stays in the
@@ -612,13 +618,10 @@ MIN_SECTION = 4
 
 
 def _grid(tiles, heads, bytes_per_head, causal):
-    """The (G, tiles, heads / G) grid of a launch whose programs of one head read bytes_per_head of FP8
-    operands (see SECTION_BYTES)."""
-    if tiles > 65535:       # _check_inputs refuses such lengths for the shipped tilings
-        raise ValueError(f"attention: {tiles:,} tiles of one head are over 65,535, the most a launch grid's "
-                         "second axis holds: a shorter sequence, or larger tiles")
+    """(G, grid) of a launch whose programs of one head read bytes_per_head of FP8 operands (see
+    SECTION_BYTES): sections of G heads on the grid (G * tiles, heads / G)."""
     G = _largest_divisor(heads, max(MIN_SECTION, SECTION_BYTES // bytes_per_head)) if causal else 1
-    return G, tiles, heads // G
+    return G, (G * tiles, heads // G)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -629,13 +632,14 @@ def _largest_divisor(n, most):
 
 
 @triton.jit
-def _program_tile(LONGEST_LAST: tl.constexpr):
-    """(tile, head) of this program in a _grid. LONGEST_LAST: the kernel's last tile is its longest
-    (query tiles; key tiles are longest first), and starts first."""
-    tile = tl.program_id(1)
+def _program_tile(G: tl.constexpr, LONGEST_LAST: tl.constexpr):
+    """(tile, head) of this program in a _grid of sections of G heads. LONGEST_LAST: the kernel's last
+    tile is its longest (query tiles; key tiles are longest first), and starts first."""
+    pid = tl.program_id(0)
+    tile = pid // G
     if LONGEST_LAST:
-        tile = tl.num_programs(1) - 1 - tile
-    return tile, tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
+        tile = tl.num_programs(0) // G - 1 - tile
+    return tile, tl.program_id(1) * G + pid % G
 
 
 # Host time. `kernel[grid](...)` costs about 40 us of CPU per launch in Triton 3.6 on the H200 host:
@@ -836,9 +840,10 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
     o = _empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     cfg = config(D, "fwd", shared)
-    _launch(_fwd_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D, causal),
+    G, grid = _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D, causal)     # K^, V^T
+    _launch(_fwd_kernel, grid,
             (q, *q.stride(), k8, sk, vt8, sv, o, lse, sm_scale * LOG2E, N, n_pad, H, H_kv, *o.stride()[:3]),
-            D=D, CAUSAL=causal, **cfg)
+            D=D, CAUSAL=causal, G=G, **cfg)
     return o, lse
 
 
@@ -919,19 +924,20 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
     rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
     qk_scale = sm_scale * LOG2E
     cfg = config(D, "dq", shared)
-    _launch(_bwd_dq_kernel, _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 3 * n_pad * D, causal),
+    G, grid = _grid(_cdiv(N, cfg["BLOCK_M"]), B * H, 3 * n_pad * D, causal)     # K^, K^T, V^
+    _launch(_bwd_dq_kernel, grid,
             (q8, sq, k8, sk, kt8, v8, sv, do8, sdo, do, o, lse, lse.stride(0), delta_buf, dq, rowsum, sm_scale,
              qk_scale, N, n_pad, H, H_kv, *do.stride(), *o.stride()[:3], *dq.stride()[:3]),
-            D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, **cfg)
+            D=D, CAUSAL=causal, MATCHED=matched, DEBUG=debug, G=G, **cfg)
     if gluon:
         attention_fp8_hopper.dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta_buf, dk, dv, causal,
                                   sm_scale, qk_scale)
     else:
         cfg = config(D, "dkdv", shared)
-        grid = _grid(_cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (H // H_kv) * n_pad * D, causal)  # Q^, Q^T, dO^, dO^T
+        G, grid = _grid(_cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (H // H_kv) * n_pad * D, causal)  # Q^, Q^T, dO^, dO^T
         _launch(_bwd_dkdv_kernel, grid,
                 (q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, lse.stride(0), delta_buf, dk, dv,
-                 sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, **cfg)
+                 sm_scale, qk_scale, N, n_pad, H, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, G=G, **cfg)
     if not debug:
         return None
     return {"delta": delta_buf[:, :N].reshape(B, H, N),
@@ -1073,14 +1079,10 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
     if N == 0 or B == 0:
         raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
-    # CUDA caps a launch grid's second and third axes at 65,535: the quantize launches put the (batch,
-    # head) pairs on the second, the attention launches their tiles of 64 rows or more (_grid).
+    # Every launch puts the (batch, head) pairs on the grid's second axis, which CUDA caps at 65,535.
     if B * H > 65535:
         raise ValueError(f"attention: batch x heads = {B} x {H} = {B * H:,} is over 65,535, the most (batch, head) "
                          "pairs the kernels launch at once; split the batch across calls")
-    if _cdiv(N, 64) > 65535:
-        raise ValueError(f"attention: seq_len {N:,} is over {65535 * 64:,} (65,535 tiles of 64 rows, the most "
-                         "a launch grid's axis holds)")
     # The kernels index memory with 32-bit integers (Triton's default for these arguments): each
     # tensor they touch must span fewer than 2^31 elements, or its offsets would wrap around and
     # read and write the wrong memory. The largest is an input as laid out, or the FP8 copy of Q

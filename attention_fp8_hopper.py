@@ -126,12 +126,13 @@ def _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N: 
 
 
 @gluon.jit
-def _program_tile(LONGEST_LAST: gl.constexpr):
+def _program_tile(G: gl.constexpr, LONGEST_LAST: gl.constexpr):
     """attention_fp8._program_tile: (tile, head) of this program in an attention_fp8._grid."""
-    tile = gl.program_id(1)
+    pid = gl.program_id(0)
+    tile = pid // G
     if LONGEST_LAST:
-        tile = gl.num_programs(1) - 1 - tile
-    return tile, gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)
+        tile = gl.num_programs(0) // G - 1 - tile
+    return tile, gl.program_id(1) * G + pid % G
 
 
 @gluon.jit
@@ -151,7 +152,7 @@ def _p_operand(p8, p_layout: gl.constexpr):
 def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK, vt_desc, SVT, O, LSE, qk_scale,
                        N, N_pad, H, H_KV, stride_ob, stride_oh, stride_on,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                       STAGES: gl.constexpr, PERMUTED_V: gl.constexpr = False):
+                       STAGES: gl.constexpr, G: gl.constexpr, PERMUTED_V: gl.constexpr = False):
     # One warpgroup (4 warps) per 64 rows, i.e. per query tile, which has one scale.
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M: one or two query tiles of 64 rows")
     gl.static_assert(STAGES >= 3, "slots for the tile being freed, the tile in P V and the next tile's S")
@@ -173,7 +174,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     q_layout: gl.constexpr = _q_layout(D, WARPS)
 
-    pid_m, pid_bh = _program_tile(CAUSAL)      # longest rows first, as in attention_fp8
+    pid_m, pid_bh = _program_tile(G, CAUSAL)      # longest rows first, as in attention_fp8
     b = pid_bh // H
     h = pid_bh % H
     bh_kv = b * H_KV + h // (H // H_KV)
@@ -338,10 +339,10 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
     vt_desc = TensorDescriptor.from_tensor(vt8.view(BH_kv * D, n_pad), *blocks["vt_desc"])
     o = attention_fp8._empty_as(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    grid = attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D, causal)   # K^, V^T
+    G, grid = attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_M"]), B * H, 2 * n_pad * D, causal)   # K^, V^T
     attention_fp8._launch(_fwd_kernel_hopper, grid,
                           (q, *q.stride(), k_desc, sk, vt_desc, sv, o, lse, qk_scale, N, n_pad, H, BH_kv // B,
-                           *o.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_M"] // 16, **cfg)
+                           *o.stride()[:3]), D=D, CAUSAL=causal, G=G, num_warps=cfg["BLOCK_M"] // 16, **cfg)
     return o, lse
 
 
@@ -543,7 +544,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
 def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        DV_FLUSH: gl.constexpr, PERMUTED_Q: gl.constexpr = False, ROWS_CP_ASYNC: gl.constexpr = False,
+                        DV_FLUSH: gl.constexpr, G: gl.constexpr, PERMUTED_Q: gl.constexpr = False, ROWS_CP_ASYNC: gl.constexpr = False,
                         FLUSH_UNDER_DOTS: gl.constexpr = False):
     gl.static_assert(DV_FLUSH >= 1, "query tiles per flush of dV's tensor-core sum into fp32")
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
@@ -556,7 +557,7 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
     io_layout: gl.constexpr = _q_layout(D, WARPS)
 
-    pid_n, pid_bhk = _program_tile(False)      # causal: the first key tiles see the most queries
+    pid_n, pid_bhk = _program_tile(G, False)      # causal: the first key tiles see the most queries
     b = pid_bhk // H_KV
     hk = pid_bhk % H_KV
     group = H // H_KV
@@ -716,8 +717,8 @@ def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal
     descs = {name: TensorDescriptor.from_tensor(_pair(x, y), *blocks[name])
              for name, x, y in (("qdo_desc", q8, do8), ("qdot_desc", qt8, dot8))}
     # a kv head's programs read Q^, Q^T, dO^ and dO^T of its group of query heads
-    grid = attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (BH // (B * H_kv)) * n_pad * D, causal)
+    G, grid = attention_fp8._grid(attention_fp8._cdiv(N, cfg["BLOCK_N"]), B * H_kv, 4 * (BH // (B * H_kv)) * n_pad * D, causal)
     attention_fp8._launch(_dkdv_kernel_hopper, grid,
                           (descs["qdo_desc"], sq, descs["qdot_desc"], k8, sk, v8, sv, sdo,
                            lse, lse.stride(0), delta, dk, dv, sm_scale, qk_scale, N, n_pad,
-                           BH // B, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, num_warps=cfg["BLOCK_N"] // 16, **cfg)
+                           BH // B, H_kv, *dk.stride()[:3]), D=D, CAUSAL=causal, G=G, num_warps=cfg["BLOCK_N"] // 16, **cfg)

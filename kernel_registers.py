@@ -56,6 +56,12 @@ def arg_type(name):
     return "fp32" if name in FLOAT_SCALARS else "i32"
 
 
+def section(fn):
+    """The constexpr G of a kernel that starts its programs in sections of G heads (attention_fp8._grid),
+    as the causal launches at the benchmark's shapes take it: 4 (a revision before sections has none)."""
+    return {"G": 4} if any(p.name == "G" for p in fn.params) else {}
+
+
 def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=None):
     """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for TARGET.
     descriptors: {argument name: (block shape, shared layout)} of a Gluon kernel's TMA descriptors;
@@ -157,26 +163,29 @@ def main():
         regs, spills, shared = resources(A._quantize_kernel, dict(TILE=128, D=D, X_ROWS=True, X_COLS=False, Y_ROWS=False,
                                                                   Y_COLS=True, PERMUTE_COLS=True), 4, 1)
         row(D, "quantize", "TILE=128 w4, V^T permuted", regs, spills, shared, 4)
-        kernels = {"fwd": (A._fwd_kernel, dict(CAUSAL=True)),
+        kernels = {"fwd": (A._fwd_kernel, dict(CAUSAL=True)),     # with section(): G = 4 where a kernel takes G
                    "dq": (A._bwd_dq_kernel, dict(CAUSAL=True, MATCHED=True, DEBUG=False)),
                    "dkdv": (A._bwd_dkdv_kernel, dict(CAUSAL=True))}
         for name, (fn, flags) in kernels.items():
             cfg = dict(A.config(D, name, shared_bytes) if tiled_by_gpu else A.CONFIGS[D][name])
             num_warps, num_stages, maxnreg = cfg.pop("num_warps"), cfg.pop("num_stages"), cfg.pop("maxnreg", None)
-            regs, spills, shared = resources(fn, dict(D=D, **flags, **cfg), num_warps, num_stages, maxnreg=maxnreg)
+            regs, spills, shared = resources(fn, dict(D=D, **flags, **section(fn), **cfg), num_warps, num_stages,
+                                             maxnreg=maxnreg)
             tiling = " ".join(f"{k.removeprefix('BLOCK_')}={v}" if k.startswith("BLOCK_") else k.lower()
                               for k, v in cfg.items() if v is not False) + f" w{num_warps} s{num_stages}" + cap(maxnreg)
             row(D, name, tiling, regs, spills, shared, num_warps)
         if H is not None:      # the Gluon forward and dK/dV kernel for Hopper (attention_fp8_hopper.py)
             cfg = dict(H.CONFIGS[D])
             maxnreg = cfg.pop("maxnreg", None)
-            regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_M"] // 16,
+            regs, spills, shared = resources(H._fwd_kernel_hopper, dict(D=D, CAUSAL=True, **section(H._fwd_kernel_hopper),
+                                                                        **cfg), cfg["BLOCK_M"] // 16,
                                              1, H.descriptor_blocks(D, cfg["BLOCK_N"]), maxnreg)
             tiling = f"M={cfg['BLOCK_M']} N={cfg['BLOCK_N']} w{cfg['BLOCK_M'] // 16} s{cfg['STAGES']}" + cap(maxnreg)
             row(D, "fwd-gluon", tiling, regs, spills, shared, cfg["BLOCK_M"] // 16)
             cfg = dict(H.DKDV_CONFIGS[D])
             maxnreg = cfg.pop("maxnreg", None)
-            regs, spills, shared = resources(H._dkdv_kernel_hopper, dict(D=D, CAUSAL=True, **cfg), cfg["BLOCK_N"] // 16,
+            regs, spills, shared = resources(H._dkdv_kernel_hopper, dict(D=D, CAUSAL=True, **section(H._dkdv_kernel_hopper),
+                                                                         **cfg), cfg["BLOCK_N"] // 16,
                                              1, H.dkdv_descriptor_blocks(D, cfg["BLOCK_M"]), maxnreg)
             tiling = (f"N={cfg['BLOCK_N']} M={cfg['BLOCK_M']} w{cfg['BLOCK_N'] // 16} s2"
                       + (f" flush{cfg['DV_FLUSH']}" if cfg.get("DV_FLUSH") else "")

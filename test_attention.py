@@ -836,27 +836,25 @@ def test_backward_in_halves_is_bit_identical(B, H, H_kv, causal):
 
 def test_launch_grid_sections():
     """_grid: G divides the heads and is the largest that keeps G heads' operands within SECTION_BYTES,
-    but at least MIN_SECTION where the heads allow; G = 1 without a causal mask; the grid covers every
-    (tile, head) once; more tiles than a grid axis holds are refused."""
+    but at least MIN_SECTION where the heads allow; G = 1 without a causal mask; the grid (G * tiles,
+    heads / G) covers every (tile, head) once."""
     mib = 2**20
     assert (A.SECTION_BYTES, A.MIN_SECTION) == (16 * mib, 4)
-    assert A._grid(64, 64, 1 * mib, True) == (16, 64, 4)       # 16 heads of 1 MiB
-    assert A._grid(64, 48, 1 * mib, True) == (16, 64, 3)
-    assert A._grid(64, 24, 1 * mib, True) == (12, 64, 2)       # 16 does not divide 24: 12 does
-    assert A._grid(64, 13, 1 * mib, True) == (13, 64, 1)       # all of them fit
-    assert A._grid(64, 17, 1 * mib, True) == (1, 64, 17)       # 17 is prime: one head at a time
-    assert A._grid(8, 8, 64 * mib, True) == (4, 8, 2)          # heads over the bound: MIN_SECTION of them
-    assert A._grid(8, 6, 64 * mib, True) == (3, 8, 2)
-    assert A._grid(3, 6, 1, True) == (6, 3, 1)
-    assert A._grid(64, 64, 1 * mib, False) == (1, 64, 64)      # no causal mask: one head at a time
-    with pytest.raises(ValueError, match="65,536 tiles of one head are over 65,535"):
-        A._grid(65536, 1, 1, True)
+    assert A._grid(64, 64, 1 * mib, True) == (16, (1024, 4))     # 16 heads of 1 MiB
+    assert A._grid(64, 48, 1 * mib, True) == (16, (1024, 3))
+    assert A._grid(64, 24, 1 * mib, True) == (12, (768, 2))      # 16 does not divide 24: 12 does
+    assert A._grid(64, 13, 1 * mib, True) == (13, (832, 1))      # all of them fit
+    assert A._grid(64, 17, 1 * mib, True) == (1, (64, 17))       # 17 is prime: one head at a time
+    assert A._grid(8, 8, 64 * mib, True) == (4, (32, 2))         # heads over the bound: MIN_SECTION of them
+    assert A._grid(8, 6, 64 * mib, True) == (3, (24, 2))
+    assert A._grid(3, 6, 1, True) == (6, (18, 1))
+    assert A._grid(64, 64, 1 * mib, False) == (1, (64, 64))      # no causal mask: one head at a time
 
 
 @triton.jit
-def _record_program_tile(OUT, LONGEST_LAST: tl.constexpr):
-    tile, head = A._program_tile(LONGEST_LAST)
-    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
+def _record_program_tile(OUT, G: tl.constexpr, LONGEST_LAST: tl.constexpr):
+    tile, head = A._program_tile(G, LONGEST_LAST)
+    pid = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
     tl.store(OUT + 2 * pid, tile)
     tl.store(OUT + 2 * pid + 1, head)
 
@@ -869,7 +867,7 @@ def test_programs_start_longest_tile_first_in_sections(longest_last):
     tiles, heads = 5, 12
     for G in (1, 3, 4, 12):
         out = torch.full((tiles * heads, 2), -1, dtype=torch.int32, device=DEVICE)
-        _record_program_tile[(G, tiles, heads // G)](out, LONGEST_LAST=longest_last)
+        _record_program_tile[(G * tiles, heads // G)](out, G=G, LONGEST_LAST=longest_last)
         expect = [((tiles - 1 - t) if longest_last else t, s * G + h)
                   for s in range(heads // G) for t in range(tiles) for h in range(G)]
         assert [tuple(r) for r in out.tolist()] == expect, f"G = {G}"

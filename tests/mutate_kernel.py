@@ -26,12 +26,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # name: (text in attention_fp8.py, what it becomes, what the bug is)
 BUGS = {
-    "section_of_head": ("    return tile, tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)",
-                        "    return tile, tl.program_id(0)",
+    "section_of_head": ("    return tile, tl.program_id(1) * G + pid % G",
+                        "    return tile, pid % G",
                         "every section of heads takes the first section's heads"),
-    "head_of_section": ("    return tile, tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)",
-                        "    return tile, tl.program_id(2) * tl.num_programs(0)",
+    "head_of_section": ("    return tile, tl.program_id(1) * G + pid % G",
+                        "    return tile, tl.program_id(1) * G",
                         "every program of a section of heads takes its first head"),
+    "tile_of_section_unscaled": ("        tile = tl.num_programs(0) // G - 1 - tile",
+                                 "        tile = tl.num_programs(0) - 1 - tile",
+                                 "query tiles counted back from G x the tiles (the grid's length, not the tiles)"),
     "delta_gain": ("pdp += tl.sum(p * dp_raw, 1) * c ", "pdp += tl.sum(p * dp_raw, 1) * c * 1.001 ",
                    "the matched delta 0.1% too large"),
     "delta_without_r": ("delta = tl.where(row_ok, pdp / tl.where(row_ok, r, 1.0), 0.0)",
@@ -89,11 +92,11 @@ BUGS = {
 # The same for attention_fp8_hopper.py (D = 128 takes the flush at the end of a tile and LSE, delta
 # through shared memory; D = 64 under Triton 3.6 the flush under the next tile's wgmmas)
 GLUON_BUGS = {
-    "gluon_section_of_head": ("    return tile, gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)",
-                              "    return tile, gl.program_id(0)",
+    "gluon_section_of_head": ("    return tile, gl.program_id(1) * G + pid % G",
+                              "    return tile, pid % G",
                               "every section of heads takes the first section's heads (Gluon kernels)"),
-    "gluon_head_of_section": ("    return tile, gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)",
-                              "    return tile, gl.program_id(2) * gl.num_programs(0)",
+    "gluon_head_of_section": ("    return tile, gl.program_id(1) * G + pid % G",
+                              "    return tile, gl.program_id(1) * G",
                               "every program of a section of heads takes its first head (Gluon kernels)"),
     "gluon_dkdv_mask_strict": ("sT = gl.where(offs_m[None, :] >= offs_n[:, None], sT",
                                "sT = gl.where(offs_m[None, :] > offs_n[:, None], sT",
