@@ -1079,7 +1079,8 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
     if N == 0 or B == 0:
         raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
-    # Every launch puts the (batch, head) pairs on the grid's second axis, which CUDA caps at 65,535.
+    # The quantize launches put the (batch, head) pairs on a grid's second axis, which CUDA caps at
+    # 65,535 (the attention launches put sections of G of them there).
     if B * H > 65535:
         raise ValueError(f"attention: batch x heads = {B} x {H} = {B * H:,} is over 65,535, the most (batch, head) "
                          "pairs the kernels launch at once; split the batch across calls")

@@ -284,7 +284,8 @@ def load_revision(path, i):
 
     path may also be a directory holding both files of a revision (git worktree add DIR REV): then
     the copy imports that revision's attention_fp8_hopper.py, as attention_fp8_hopper_rev{i}, instead
-    of the current one, so older Gluon kernels are compared too."""
+    of the current one, so older Gluon kernels are compared too; that file in turn imports the
+    revision's attention_fp8, not the current one."""
     tmp_dir = tempfile.mkdtemp(prefix="bench_attention_")
     if os.path.isdir(path):
         hopper = os.path.join(path, "attention_fp8_hopper.py")
@@ -296,7 +297,9 @@ def load_revision(path, i):
     if hopper and os.path.exists(hopper):
         hopper_name = f"attention_fp8_hopper_rev{i}"
         with open(hopper) as f, open(os.path.join(tmp_dir, hopper_name + ".py"), "w") as out:
-            out.write(f.read())
+            # and the revision's Gluon file uses the revision's attention_fp8 (its _grid, its _launch)
+            out.write(re.sub(r"^import attention_fp8\b", f"import attention_fp8_rev{i} as attention_fp8", f.read(),
+                             flags=re.M))
         src = re.sub(r"import attention_fp8_hopper\b", f"import {hopper_name} as attention_fp8_hopper", src)
         sys.path.insert(0, tmp_dir)     # a fresh directory per revision
     name = f"attention_fp8_rev{i}"

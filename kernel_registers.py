@@ -8,6 +8,7 @@ at after changing a kernel.
     python kernel_registers.py                   # attention_fp8.py and the Gluon kernels of attention_fp8_hopper.py
     python kernel_registers.py --file old.py     # another revision (git show REV:attention_fp8.py > old.py)
     python kernel_registers.py --hopper ''        # the Triton kernels only
+    python kernel_registers.py --section 12      # compiled for sections of 12 heads (G, attention_fp8._grid; 4 if not given)
     python kernel_registers.py --target 89       # the Triton kernels for Ada (89), B200 (100) or RTX 50xx (120),
                                                  # tiled as attention_fp8.config() tiles them there
 
@@ -37,6 +38,7 @@ FLOAT_SCALARS = {"sm_scale", "qk_scale"}
 INTS = {"N", "H", "H_KV"}         # capitals that are not pointers
 UNSPECIALIZED = {"H", "H_KV"}     # head counts: small numbers, not divisible by 16
 COMPILE_OPTIONS = {}              # the compile options of the file under test (its COMPILE_OPTIONS), set by main()
+SECTION = 4                       # the kernels' G (section()), set by main()
 # Per target (compute capability): the shared memory a block may ask for and an SM holds, in bytes,
 # and the most warps an SM holds (CUDA C Programming Guide, "Compute Capabilities"). All have 64K
 # registers per SM. The FP8 GPUs: Ada, Hopper, B200, consumer Blackwell.
@@ -57,9 +59,10 @@ def arg_type(name):
 
 
 def section(fn):
-    """The constexpr G of a kernel that starts its programs in sections of G heads (attention_fp8._grid),
-    as the causal launches at the benchmark's shapes take it: 4 (a revision before sections has none)."""
-    return {"G": 4} if any(p.name == "G" for p in fn.params) else {}
+    """The constexpr G of a kernel that starts its programs in sections of G heads (attention_fp8._grid;
+    a revision before sections has none): --section, 4 unless given. A launch compiles its own G, 1 to
+    128 at the benchmark's shapes, and the registers can differ with it."""
+    return {"G": SECTION} if any(p.name == "G" for p in fn.params) else {}
 
 
 def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=None):
@@ -140,13 +143,14 @@ def main():
     p.add_argument("--head-dims", type=int, nargs="+", default=None)
     p.add_argument("--target", type=int, choices=sorted(TARGETS), default=90,
                    help="compute capability to build for (the Gluon kernels only for 90)")
+    p.add_argument("--section", type=int, default=4, help="G, the heads per section the kernels are compiled for")
     args = p.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_registers.py: unset TRITON_INTERPRET; the interpreter does not compile kernels")
     A = load(args.file)
-    global COMPILE_OPTIONS, TARGET
+    global COMPILE_OPTIONS, TARGET, SECTION
     COMPILE_OPTIONS = getattr(A, "COMPILE_OPTIONS", {})     # what that file's launches ask of Triton
-    TARGET = args.target
+    TARGET, SECTION = args.target, args.section
     shared_bytes = TARGETS[TARGET]["block"]
     # the tilings the launchers take on such a GPU (attention_fp8.config); older revisions have one for all
     tiled_by_gpu = hasattr(A, "config")

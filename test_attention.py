@@ -8,6 +8,8 @@ about 1.5x the measured error, so a wrong scale, mask or index fails them.
 
     python -m pytest test_attention.py -q
 """
+import ast
+import inspect
 import math
 import os
 import subprocess
@@ -871,6 +873,28 @@ def test_programs_start_longest_tile_first_in_sections(longest_last):
         expect = [((tiles - 1 - t) if longest_last else t, s * G + h)
                   for s in range(heads // G) for t in range(tiles) for h in range(G)]
         assert [tuple(r) for r in out.tolist()] == expect, f"G = {G}"
+
+
+def test_every_kernel_starts_its_longest_tiles_first():
+    """The start order changes no output, so no output test sees a kernel that takes its tiles in the
+    wrong order, or a Gluon _program_tile that differs from the Triton one, which
+    test_programs_start_longest_tile_first_in_sections records. So: the Gluon twin has the Triton
+    body (gl for tl), and each kernel asks for its own order, query tiles reversed under a causal mask
+    (their last tile sees the most keys), key tiles as they come (their first sees the most queries)."""
+    pytest.importorskip("triton.experimental.gluon")
+    import attention_fp8_hopper as AH
+
+    def source(fn):     # a JIT function's, or under the interpreter the wrapped function's
+        return fn.src if hasattr(fn, "src") else inspect.getsource(fn.fn)
+
+    def body(fn):       # the statements after the docstring
+        statements = ast.parse(source(fn).replace("gl.", "tl.")).body[0].body[1:]
+        return [ast.unparse(x) for x in statements]
+    assert body(AH._program_tile) == body(A._program_tile)
+    for fn in (A._fwd_kernel, A._bwd_dq_kernel, AH._fwd_kernel_hopper):
+        assert "= _program_tile(G, CAUSAL)" in source(fn), fn
+    for fn in (A._bwd_dkdv_kernel, AH._dkdv_kernel_hopper):
+        assert "= _program_tile(G, False)" in source(fn), fn
 
 
 @pytest.mark.parametrize("causal", [True, False])

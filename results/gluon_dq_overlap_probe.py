@@ -27,11 +27,12 @@ def run_triton(x, matched):
     dq = torch.empty_like(x["q"])
     cfg = A.CONFIGS[D]["dq"]
     do, o, lse = x["do"], x["o"], x["lse"]
-    A._launch(A._bwd_dq_kernel, A._grid(triton.cdiv(N, cfg["BLOCK_M"]), B * H, 3 * x["n_pad"] * D, x["causal"]),
+    section, grid = A._grid(triton.cdiv(N, cfg["BLOCK_M"]), B * H, 3 * x["n_pad"] * D, x["causal"])
+    A._launch(A._bwd_dq_kernel, grid,
               (x["q8"], x["sq"], x["k8"], x["sk"], x["kt8"], x["v8"], x["sv"], x["do8"], x["sdo"], do, o, lse,
                lse.stride(0), delta, dq, delta, x["sm_scale"], x["sm_scale"] * A.LOG2E, N, x["n_pad"], H, x["H_kv"],
                *do.stride(), *o.stride()[:3], *dq.stride()[:3]),
-              D=D, CAUSAL=x["causal"], MATCHED=matched, DEBUG=False, **cfg)
+              D=D, CAUSAL=x["causal"], MATCHED=matched, DEBUG=False, G=section, **cfg)
     return dq, delta
 
 def run_gluon(x, matched, **cfg):

@@ -1,4 +1,9 @@
 #!/bin/bash
+# The record of how step 23 was timed (SPEED.md), for the grid (G, tiles, heads / G) of bab18b6. Since
+# the grid became (G * tiles, heads / G) with G a constexpr, the rev/g1 and section copies `prepare` makes
+# no longer run (their Gluon files patch in a 3-axis _grid); `python bench_attention.py --compare DIR
+# --kernels` against a revision directory times any two revisions.
+#
 # Time the launch order of branch lpt-order (SPEED.md, "next to time: the launch order") against main's
 # kernels, and against the branch's own kernels with one head at a time (G = 1: main's start order, the
 # branch's code; its Triton kernels spill 8-80 bytes more than main's, so this separates the two).

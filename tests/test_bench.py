@@ -1,4 +1,5 @@
-"""bench_attention.py: the --compare loader (a revision given as a directory brings its own Gluon kernels), and
+"""bench_attention.py: the --compare loader (a revision given as a directory brings its own Gluon kernels,
+which use that revision's attention_fp8), and
 the inputs of --model-layout and --mean."""
 import inspect
 import os
@@ -23,6 +24,7 @@ def test_compare_directory_revision_imports_its_own_gluon_module(tmp_path):
                            for line in imports), imports
     import attention_fp8_hopper_rev91 as hopper
     assert hopper.REVISION_MARK == "copy"
+    assert hopper.attention_fp8 is mod      # and it launches with the revision's _grid and _launch
     single = B.load_revision(os.path.join(ROOT, "attention_fp8.py"), 92)     # a file: the current kernels
     assert "import attention_fp8_hopper " in inspect.getsource(single._forward)
 

@@ -47,6 +47,9 @@ def test_check_inputs_bounds_are_exact():
         A._check_inputs(x, x, x, "matched")
     with pytest.raises(ValueError, match="32-bit offsets"):     # one more batch: 2^31 exactly
         A._check_inputs(meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), "matched")
+    long = 2**24 + 1        # tiles of one head go on a grid's first axis, which holds 2^31 - 1 programs
+    with pytest.raises(ValueError, match=accepted):
+        A._check_inputs(meta(1, 1, long, 64), meta(1, 1, long, 64), meta(1, 1, long, 64), "matched")
 
 
 def test_check_inputs_refuses_what_the_kernels_cannot_take():
