@@ -9,6 +9,9 @@ print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
 
 
 def setk(fwd, bwd):
+    # the record of step 10's run: these thresholds were renamed HOPPER_*_MIN_SCORES (a size in scores)
+    # at step 10, so on a later attention_fp8 this script stops here rather than silently time one arm twice
+    assert hasattr(A, "HOPPER_FORWARD_MIN_N"), "attention_fp8 now has HOPPER_FORWARD_MIN_SCORES / HOPPER_BACKWARD_MIN_SCORES"
     A.HOPPER_FORWARD_MIN_N = 0 if fwd == "G" else 1 << 30
     A.HOPPER_BACKWARD_MIN_N = 0 if bwd == "G" else 1 << 30
 

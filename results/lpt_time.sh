@@ -6,7 +6,8 @@
 #
 # Time the launch order of branch lpt-order (SPEED.md, "next to time: the launch order") against main's
 # kernels, and against the branch's own kernels with one head at a time (G = 1: main's start order, the
-# branch's code; its Triton kernels spill 8-80 bytes more than main's, so this separates the two).
+# branch's code; its Triton kernels spill 96-168 bytes more than main's under Triton 3.6, 8-80 under
+# 3.8, so this separates the two).
 #   bash results/lpt_time.sh prepare     # here, on branch lpt-order: writes rev/main and rev/g1 (untracked)
 #   bash results/lpt_time.sh kernels     # device call 1: GPU time per kernel (bench_attention.py --kernels)
 #   bash results/lpt_time.sh wall        # device call 2: wall time against main and G = 1

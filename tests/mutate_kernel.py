@@ -2,7 +2,7 @@
 run test_attention.py on it: each bug should fail at least one test ("caught"). The copy without
 a bug runs first and must pass.
 
-    python tests/mutate_kernel.py             # every bug, two at a time (~5 minutes on 2 CPU cores)
+    python tests/mutate_kernel.py             # every bug, two at a time (~4 minutes on 2 CPU cores)
     python tests/mutate_kernel.py -k dq_gain  # the bugs whose names contain dq_gain
 
 On a CPU the tests run under the Triton interpreter, so this checks the Triton kernels. The Gluon
