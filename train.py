@@ -27,7 +27,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import configurator
-from data.common import atomic_write, known_prepare_command, load_meta, prepare_command, read_shard, shard_paths
+from data.common import (atomic_write, check_counts, known_prepare_command, load_meta, prepare_command, read_shard,
+                         shard_paths)
 from model import GPT, GPTConfig, attention_line, fp8_unavailable, peak_flops, resolve_attention, shape_problem
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,8 +94,8 @@ def load_config(argv):
         if not lo <= getattr(cfg, key) < hi:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be in [{lo}, {hi})")
     for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip", "warmup_iters", "lr_decay_iters"):
-        if not getattr(cfg, key) >= 0:  # written so that nan fails too (nan < 0 is False)
-            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
+        if not 0 <= getattr(cfg, key) < math.inf:  # written so that nan fails too (nan < 0 is False)
+            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be a finite number >= 0")
     if cfg.n_embd < 1 or cfg.n_layer < 0:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_layer={cfg.n_layer}: a model needs n_embd >= 1 and n_layer >= 0")
     if cfg.delta_monitor and cfg.n_layer == 0:
@@ -357,6 +358,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                          "prepares itself, README, Datasets, says how to prepare the others), or give a path"))
     try:  # a missing, short or corrupt file: the message names it and what to re-run (data/common.py)
         meta = load_meta(data_dir)
+        check_counts(data_dir, meta)
         train_data = TrainData(data_dir, cfg.block_size, cfg.seed, meta["vocab_size"])
         val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world, meta["vocab_size"])
     except (OSError, ValueError) as e:
@@ -465,6 +467,10 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                 say(f"iter {iter_num} | delta monitor (worst layer): mismatch {metrics['delta_mismatch']:.2e} | "
                     f"key-grad sum matched {metrics['key_grad_sum_matched']:.2e} "
                     f"stale {metrics['key_grad_sum_stale']:.2e}")
+            if not math.isfinite(metrics["val_loss"]):  # every rank has the same figure: all stop here, unsaved
+                saved = f"the last good checkpoint is {ckpt_path}" if good_ckpt else "this run saved no checkpoint"
+                raise SystemExit(f"stopping: non-finite val loss {metrics['val_loss']} at iter {iter_num} (lr "
+                                 f"{lr:.3g}), not saved; {saved}. Try a lower learning_rate or longer warmup_iters.")
             best_val_loss = min(best_val_loss, metrics["val_loss"])
             note = ""
             if cfg.save_checkpoint and iter_num > 0:  # at step 0 there is nothing worth keeping yet

@@ -152,7 +152,9 @@ def known_prepare_command(data_dir):
     """The command that makes data_dir when it is one of the folders our scripts write under data/, else None."""
     script = os.path.join(data_dir, "prepare.py")
     if os.path.exists(script):  # builtin, shakespeare: the script sits in the folder it fills
-        return f"python {os.path.relpath(script)}"
+        # data/text takes its source as an argument: without it the hint would only give a usage error
+        text = os.path.abspath(data_dir) == os.path.join(REPO, "data", "text")
+        return f"python {os.path.relpath(script)}" + (" --input=PATH (a text file or a folder of them)" if text else "")
     name, data = os.path.basename(os.path.normpath(data_dir)), os.path.join(REPO, "data")
     if os.path.dirname(os.path.abspath(data_dir)) == data and name in ("fineweb10B", "finewebedu10B"):
         script = os.path.relpath(os.path.join(data, "fineweb", "prepare.py"))
@@ -195,6 +197,24 @@ def shard_paths(data_dir, split):
         raise FileNotFoundError(f"no {split} shards (*_{split}_*.bin) in {data_dir}; run: "
                                 f"{prepare_command(data_dir)}")
     return paths
+
+
+def check_counts(data_dir, meta):
+    """The shards in data_dir hold the tokens meta.json counts, split by split: a folder that two
+    preparations wrote into (another dataset's shards under another name) would otherwise train on both
+    while the counts said one."""
+    for split in ("train", "val"):
+        if f"{split}_tokens" not in meta:
+            continue
+        by_name = {}
+        for path in shard_paths(data_dir, split):
+            name = SHARD_NAME.fullmatch(os.path.basename(path))[1]
+            by_name[name] = by_name.get(name, 0) + len(read_shard(path))
+        if sum(by_name.values()) != meta[f"{split}_tokens"]:
+            found = ", ".join(f"{name}_{split}_*.bin: {n:,}" for name, n in sorted(by_name.items()))
+            raise ValueError(f"{data_dir}: meta.json counts {meta[f'{split}_tokens']:,} {split} tokens but the "
+                             f"{split} shards hold {sum(by_name.values()):,} ({found}). Shards of another "
+                             f"preparation in the same folder? Delete those not written by: {prepare_command(data_dir)}")
 
 
 def load_meta(data_dir):

@@ -387,3 +387,43 @@ def test_trainer_refuses_an_empty_val_split(tmp_path):
     _empty_val_dataset(out)
     with pytest.raises(ValueError, match=r"the val split of .* has 0 tokens, fewer than block_size \+ 1"):
         train.val_windows(out, block_size=8, eval_tokens=64, multiple=1)
+
+
+def test_trainer_refuses_shards_of_two_preparations_in_one_folder(tmp_path):
+    """The builtin corpus, then a text file, prepared into one folder: the text run names its shards after
+    the folder and leaves the builtin_* shards, which the loader would read as well. The counts in
+    meta.json then disagree with the shards, and the trainer says which shards it found."""
+    import train
+    from data.text.prepare import prepare
+    out = tmp_path / "mixed"
+    text = tmp_path / "one.txt"
+    text.write_text("abcdefghij" * 200)
+    prepare(str(text), str(out), tokenizer="bytes")
+    common.check_counts(str(out), load_meta(str(out)))  # one preparation: the counts agree
+    write_shard(str(out / "builtin_train_000000.bin"), np.arange(500, dtype=np.uint16))
+    with pytest.raises(SystemExit, match=r"meta.json counts 1,801 train tokens but the train shards hold 2,301 "
+                                         r"\(builtin_train_\*.bin: 500, mixed_train_\*.bin: 1,801\)"):
+        train.main([f"--dataset={out}", f"--out_dir={tmp_path / 'o'}", "--device=cpu", "--max_iters=1"])
+
+
+def test_builtin_corpus_skips_dangling_and_unreadable_files(tmp_path, monkeypatch):
+    """`python train.py`'s first run walks the installation's .py files: a dangling link among them (a
+    package removed by hand) must not stop it."""
+    import sysconfig
+    from data.builtin import prepare as builtin
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for i in range(6):
+        (lib / f"m{i}.py").write_text(f"x = {i}\n" * 50)
+    os.symlink(str(tmp_path / "gone.py"), str(lib / "broken.py"))
+    paths = dict(sysconfig.get_paths(), stdlib=str(lib))
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
+    assert sorted(os.path.basename(f) for _, f in builtin.source_files(site_packages=False)) == \
+        [f"m{i}.py" for i in range(6)]
+
+
+def test_text_dataset_hint_names_its_input_argument():
+    """`python data/text/prepare.py` alone stops on its missing --input: the hint must give it."""
+    data = os.path.join(common.REPO, "data")
+    assert common.known_prepare_command(os.path.join(data, "text")).endswith(" --input=PATH (a text file or a folder of them)")
+    assert "--input" not in common.known_prepare_command(os.path.join(data, "shakespeare"))

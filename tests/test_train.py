@@ -150,7 +150,8 @@ def test_arch_keys_are_every_model_setting_a_checkpoint_fixes():
     (["--device=gpu"], "config error: device='gpu': expected auto, cpu, cuda or cuda:N"),
     (["--dropout=1.5"], "config error: dropout=1.5: must be in [0, 1)"),
     (["--beta2=1.5"], "config error: beta2=1.5: must be in [0, 1)"),
-    (["--learning_rate=-1e-3"], "config error: learning_rate=-0.001: must be >= 0"),
+    (["--learning_rate=-1e-3"], "config error: learning_rate=-0.001: must be a finite number >= 0"),
+    (["--min_lr=inf"], "config error: min_lr=inf: must be a finite number >= 0"),
 ])
 def test_model_shape_errors_are_config_errors(argv, words):
     with pytest.raises(SystemExit, match=re.escape(words)):
@@ -167,11 +168,13 @@ def test_beta1_outside_0_1_is_a_config_error(value):
 
 
 @pytest.mark.parametrize("key", ["grad_clip", "learning_rate", "weight_decay"])
-def test_nan_is_a_config_error(key):
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_nan_and_inf_are_config_errors(key, value):
     """nan < 0 is False, so a check written as `x < 0` let nan through: grad_clip=nan switched clipping off
-    silently, learning_rate=nan failed later as a non-finite loss."""
-    with pytest.raises(configurator.ConfigError, match=re.escape(f"{key}=nan: must be >= 0")):
-        train.load_config([f"--{key}=nan"])
+    silently, learning_rate=nan failed later as a non-finite loss. learning_rate=inf gave nan weights whose
+    first eval saved over the last good checkpoint."""
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"{key}={value}: must be a finite number >= 0")):
+        train.load_config([f"--{key}={value}"])
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_cuda_device_without_a_gpu_says_so():
@@ -544,13 +547,33 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path,
     assert ckpt["iter_num"] == 2 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
 
 
+def test_nonfinite_val_loss_stops_before_saving(data_dir, tmp_path, monkeypatch):
+    """Weights whose training loss was still finite can give a nan val loss (a blow-up in the step just
+    before an eval): the eval must not save them over the last good checkpoint."""
+    out = str(tmp_path / "valnan")
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2"))
+    good = torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)
+    forward = GPT.forward
+
+    def poisoned(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        return logits, loss if self.training else loss * float("nan")
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(SystemExit) as e:
+        train.main(args(data_dir, out, "--max_iters=4", "--eval_interval=2", "--init_from=resume"))
+    msg = str(e.value)
+    assert "non-finite val loss nan at iter 4" in msg and os.path.join(out, "ckpt.pt") in msg, msg
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)
+    assert ckpt["iter_num"] == 2 and all(torch.equal(ckpt["model"][k], v) for k, v in good["model"].items())
+
+
 def test_new_run_in_a_used_out_dir_keeps_the_old_log_and_names_only_its_own_checkpoint(data_dir, tmp_path,
                                                                                       monkeypatch):
     out = tmp_path / "again"
     train.main(args(data_dir, out, "--max_iters=2"))          # an earlier run: its log, its ckpt.pt
     forward = GPT.forward
-    monkeypatch.setattr(GPT, "forward", lambda self, idx, targets=None: (lambda lo: (lo[0], lo[1] * float("nan")))(
-        forward(self, idx, targets)))
+    monkeypatch.setattr(GPT, "forward", lambda self, idx, targets=None: (lambda lo: (
+        lo[0], lo[1] * float("nan") if self.training else lo[1]))(forward(self, idx, targets)))
     with pytest.raises(SystemExit, match="non-finite loss at iter 0 .*; this run saved no checkpoint"):
         train.main(args(data_dir, out, "--max_iters=4"))
     kept = list(out.glob("metrics.*.jsonl"))

@@ -36,8 +36,10 @@ def source_files(site_packages=True):
             # skip test suites (big, repetitive) and, inside the stdlib, the packages walked separately
             dirs[:] = [x for x in dirs if x not in SKIP_DIRS and not x.startswith(".")]
             for n in names:
-                if n.endswith(".py"):
-                    full = os.path.join(d, n)
+                full = os.path.join(d, n)
+                # a dangling link or a file we may not read is skipped: the corpus is whatever the
+                # installation holds, and one odd file must not stop `python train.py`'s first run
+                if n.endswith(".py") and os.path.isfile(full) and os.access(full, os.R_OK):
                     files.append((label + "/" + os.path.relpath(full, root).replace(os.sep, "/"), full))
     files.sort(key=lambda f: path_order(f[0]))
     return files
