@@ -100,6 +100,7 @@ kernel; P's static 256 (+ 8 in an exp2, / 256 after a dot) in both forwards and 
 
 import functools
 import math
+import numbers
 import warnings
 from typing import Optional
 
@@ -1077,7 +1078,7 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: q's {H} heads must be a multiple of k/v's {Hk} heads (grouped-query attention)")
     if D not in HEAD_DIMS:
         raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
-    if N == 0 or B == 0:
+    if N == 0 or B == 0 or H == 0:
         raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
     # The quantize launches put the (batch, head) pairs on a grid's second axis, which CUDA caps at
     # 65,535 (the attention launches put sections of G of them there).
@@ -1118,6 +1119,11 @@ def _causal_and_scale(q, causal, sm_scale):
         return bool(causal), 1.0 / math.sqrt(q.shape[-1])
     # The kernels floor the factor from an FP8 dot to S at 1e-30 (zero tiles, _fwd_inner): a negative
     # scale would come out as that floor, near-uniform attention, not as an error.
+    # A number, not a tensor: float() of one would drop its gradient (and of a str, parse it).
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
+        raise TypeError(f"attention: sm_scale must be a Python number or None, got {type(sm_scale).__name__} "
+                        f"{sm_scale!r}" + (" (the kernels take no gradient in sm_scale; pass float(t))"
+                                           if isinstance(sm_scale, torch.Tensor) else ""))
     scale = float(sm_scale)
     if not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"attention: sm_scale must be a finite number >= 0, got {sm_scale!r}")
@@ -1162,7 +1168,9 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     once (no create_graph=True: the FP8 backward has no gradient of its own). An inf in q, k or v
     makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than with
     SDPA, which spreads it only to the rows that attend to it; a NaN stays in its own element's row
-    or column of the scores, as with SDPA (the tile's amax passes over it)."""
+    or column of the scores, as with SDPA (the tile's amax passes over it). A tile whose largest
+    magnitude is below 1e-30 is taken as zero, and so is its part of the gradients (README, "Zero
+    tiles"): scale losses and inputs into the range BF16 training uses."""
     _check_inputs(q, k, v, delta)
     causal, sm_scale = _causal_and_scale(q, causal, sm_scale)
     if torch.compiler.is_compiling():

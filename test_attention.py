@@ -563,6 +563,10 @@ def test_bad_inputs_raise_clear_errors(monkeypatch):
     expect(TypeError, "causal must be True or False, got 'False'", q, q, q, causal="False")
     for scale in (-0.125, float("nan"), float("inf")):     # a negative one would meet the kernels' floor
         expect(ValueError, "sm_scale must be a finite number >= 0", q, q, q, sm_scale=scale)
+    # a tensor would lose its gradient to float(), a string would be parsed
+    expect(TypeError, "sm_scale must be a Python number or None, got Tensor .* pass float", q, q, q,
+           sm_scale=torch.tensor(0.125, requires_grad=True))
+    expect(TypeError, "sm_scale must be a Python number or None, got str", q, q, q, sm_scale="0.125")
     with pytest.raises(ValueError, match="sm_scale must be"):
         A.delta_stats(q, q, q, q, sm_scale=-1.0)
     with pytest.raises(TypeError, match="causal must be True or False"):

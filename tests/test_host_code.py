@@ -65,6 +65,7 @@ def test_check_inputs_refuses_what_the_kernels_cannot_take():
     refused(TypeError, "share one dtype", q, q, q.half())                         # v's dtype alone differs
     refused(ValueError, "multiple of", q, q[:, :0], q[:, :0])                     # no kv heads: not H % 0
     refused(ValueError, "empty input", q[:0], q[:0], q[:0])                       # no batch
+    refused(ValueError, "empty input", q[:, :0], q[:, :1], q[:, :1])              # no query heads (0 % 1 == 0)
     refused(ValueError, "one device", q, q.to("meta"), q.to("meta"))               # k, v elsewhere than q
 
 
