@@ -1117,13 +1117,13 @@ def _causal_and_scale(q, causal, sm_scale):
         raise TypeError(f"attention: causal must be True or False, got {causal!r}")
     if sm_scale is None:
         return bool(causal), 1.0 / math.sqrt(q.shape[-1])
-    # The kernels floor the factor from an FP8 dot to S at 1e-30 (zero tiles, _fwd_inner): a negative
-    # scale would come out as that floor, near-uniform attention, not as an error.
     # A number, not a tensor: float() of one would drop its gradient (and of a str, parse it).
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
         raise TypeError(f"attention: sm_scale must be a Python number or None, got {type(sm_scale).__name__} "
                         f"{sm_scale!r}" + (" (the kernels take no gradient in sm_scale; pass float(t))"
                                            if isinstance(sm_scale, torch.Tensor) else ""))
+    # The kernels floor the factor from an FP8 dot to S at 1e-30 (zero tiles, _fwd_inner): a negative
+    # scale would come out as that floor, near-uniform attention, not as an error.
     scale = float(sm_scale)
     if not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"attention: sm_scale must be a finite number >= 0, got {sm_scale!r}")

@@ -453,6 +453,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
 
     start_iter, t_train, n_timed = iter_num, 0.0, 0
     good_ckpt = cfg.init_from == "resume"  # ckpt_path holds this run's weights (resumed, or saved since)
+
+    def diverged(what, figures):  # a non-finite figure: stop before it reaches the weights or the checkpoint
+        saved = f"the last good checkpoint is {ckpt_path}" if good_ckpt else "this run saved no checkpoint"
+        return SystemExit(f"stopping: non-finite {what} at iter {iter_num} ({figures}, lr {lr:.3g}); {saved}. "
+                          "Try a lower learning_rate or longer warmup_iters.")
     bar = tqdm(total=cfg.max_iters, initial=iter_num, unit="it", disable=None if master else True, dynamic_ncols=True)
     while True:
         lr = get_lr(iter_num, cfg)
@@ -468,9 +473,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                     f"key-grad sum matched {metrics['key_grad_sum_matched']:.2e} "
                     f"stale {metrics['key_grad_sum_stale']:.2e}")
             if not math.isfinite(metrics["val_loss"]):  # every rank has the same figure: all stop here, unsaved
-                saved = f"the last good checkpoint is {ckpt_path}" if good_ckpt else "this run saved no checkpoint"
-                raise SystemExit(f"stopping: non-finite val loss {metrics['val_loss']} at iter {iter_num} (lr "
-                                 f"{lr:.3g}), not saved; {saved}. Try a lower learning_rate or longer warmup_iters.")
+                raise diverged("val loss", f"{metrics['val_loss']}, not saved")
             best_val_loss = min(best_val_loss, metrics["val_loss"])
             note = ""
             if cfg.save_checkpoint and iter_num > 0:  # at step 0 there is nothing worth keeping yet
@@ -510,10 +513,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         # non-finite one and stops at the same step, before the optimizer can spoil the weights.
         loss_value, norm_value = torch.stack([loss_sum, grad_norm.to(loss_sum.dtype)]).tolist()
         if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
-            saved = f"the last good checkpoint is {ckpt_path}" if good_ckpt else "this run saved no checkpoint"
-            raise SystemExit(f"stopping: non-finite {'loss' if not math.isfinite(loss_value) else 'gradient norm'} "
-                             f"at iter {iter_num} (loss {loss_value}, grad norm {norm_value}, lr {lr:.3g}); {saved}. "
-                             "Try a lower learning_rate or longer warmup_iters.")
+            raise diverged("loss" if not math.isfinite(loss_value) else "gradient norm",
+                           f"loss {loss_value}, grad norm {norm_value}")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         dt = time.time() - t0
