@@ -65,8 +65,8 @@ def section(fn):
     return {"G": SECTION} if any(p.name == "G" for p in fn.params) else {}
 
 
-def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=None):
-    """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for TARGET.
+def compile_for_target(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=None):
+    """fn compiled for TARGET as its launch compiles it (results/fwd_sass.py reads its SASS).
     descriptors: {argument name: (block shape, shared layout)} of a Gluon kernel's TMA descriptors;
     maxnreg: the register cap the launch asks for, if any."""
     names = fn.arg_names
@@ -79,7 +79,13 @@ def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=N
     src = source(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
     options = dict(num_warps=num_warps, num_stages=num_stages, **COMPILE_OPTIONS,
                    **({"maxnreg": maxnreg} if maxnreg else {}))
-    kernel = triton.compile(src, target=GPUTarget("cuda", TARGET, 32), options=options)
+    return triton.compile(src, target=GPUTarget("cuda", TARGET, 32), options=options)
+
+
+def resources(fn, constexprs, num_warps, num_stages, descriptors=None, maxnreg=None):
+    """(registers per thread, spill store bytes, shared memory bytes) of fn compiled for TARGET
+    (arguments as compile_for_target's), from ptxas -v."""
+    kernel = compile_for_target(fn, constexprs, num_warps, num_stages, descriptors, maxnreg)
     ptxas = ptxas_path()
     gpu_name = re.search(r"^\.target\s+(sm_\w+)", kernel.asm["ptx"], re.M).group(1)     # sm_90a, sm_89, ...
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,8 +14,6 @@ import sys
 
 sys.path.insert(0, os.getcwd())
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
 
 import attention_fp8 as A
 import attention_fp8_hopper as H
@@ -29,16 +27,8 @@ cfg = dict(H.CONFIGS[D])
 maxnreg = cfg.pop("maxnreg", None)
 fn = H._fwd_kernel_hopper
 constexprs = dict(D=D, CAUSAL=True, G=4, **cfg)
-names = fn.arg_names
-signature = {n: "constexpr" if n in constexprs else KR.arg_type(n) for n in names}
-for n, (block, layout) in H.descriptor_blocks(D, cfg["BLOCK_N"]).items():
-    signature[n] = f"tensordesc<fp8e4nv{list(block)},{layout!r}>"
-attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-         if signature[n].startswith("*") or (signature[n] == "i32" and n not in KR.UNSPECIALIZED)}
-src = GluonASTSource(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()}, attrs=attrs)
-options = dict(num_warps=cfg["BLOCK_M"] // 16, num_stages=1, **KR.COMPILE_OPTIONS,
-               **({"maxnreg": maxnreg} if maxnreg else {}))
-kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+kernel = KR.compile_for_target(fn, constexprs, num_warps=cfg["BLOCK_M"] // 16, num_stages=1,
+                               descriptors=H.descriptor_blocks(D, cfg["BLOCK_N"]), maxnreg=maxnreg)
 
 out = os.path.join(out_dir, f"fwd_d{D}")
 with open(out + ".cubin", "wb") as f:
