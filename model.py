@@ -329,19 +329,24 @@ class GPT(nn.Module):
         return flops_per_iter / dt / peak
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None):
         """Extend idx (b, t) by max_new_tokens tokens sampled one at a time; the context is cropped to
-        block_size. temperature 0 takes the argmax. Call model.eval() first."""
+        block_size. temperature 0 takes the argmax. vocab_size: the tokenizer's; the ids above it, up to
+        the model's vocab (padded to a multiple of 64), are in no training document and are never drawn.
+        Call model.eval() first."""
         if not temperature >= 0 or (top_k is not None and top_k < 1):  # nan fails too
             raise ValueError(f"temperature={temperature}, top_k={top_k}: need temperature >= 0 and top_k >= 1")
         for _ in range(max_new_tokens):
             idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
             logits, _ = self(idx_cond)
-            logits = logits[:, -1, :]
+            logits = logits[:, -1, :].float()
+            if vocab_size is not None:
+                logits[:, vocab_size:] = -float("Inf")
             if temperature == 0:  # the limit of temperature -> 0: the most likely token
                 idx_next = logits.argmax(-1, keepdim=True)
             else:
-                logits = logits / temperature
+                # less the row's max first: then no temperature, however small, overflows to inf (NaN after softmax)
+                logits = (logits - logits.max(-1, keepdim=True).values) / temperature
                 if top_k is not None:
                     v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                     logits[logits < v[:, [-1]]] = -float("Inf")

@@ -50,6 +50,8 @@ def main(argv=None):
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
+    if not 0 <= cfg.seed < 2**32:  # as train.py: torch takes no seed past 2^64, numpy none below 0
+        raise SystemExit(f"seed={cfg.seed}: must be in [0, 2^32)")
     torch.manual_seed(cfg.seed)
 
     path = os.path.join(cfg.out_dir, "ckpt.pt")
@@ -90,11 +92,16 @@ def main(argv=None):
                 start = f.read()
         except UnicodeDecodeError as e:
             raise SystemExit(f"--start={cfg.start}: the file is not UTF-8 text ({e})")
+    try:  # bytes that are not UTF-8 reach sys.argv as lone surrogates, which no tokenizer encodes
+        start.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SystemExit(f"--start: the prompt is not UTF-8 text ({e})")
     ids = [tok.eot] + tok.encode(start)  # training documents start with end-of-text too
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, ...]
     with ctx:
         for _ in range(cfg.num_samples):
-            y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None)
+            y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None,
+                               vocab_size=tok.vocab_size)
             print(tok.decode(y[0, 1:].tolist()))
             print("---------------")
 

@@ -123,6 +123,27 @@ def test_generate_sees_the_last_block_size_tokens_and_the_temperature():
     assert not torch.equal(warm, greedy), "temperature 1 sampled the argmax 48 times out of 48"
 
 
+def test_generate_with_a_temperature_near_the_float_floor_is_greedy():
+    """1e-40 is a valid temperature (> 0), but logits / 1e-40 overflow to inf and softmax gave NaN, which
+    torch.multinomial refused with a traceback. Less the row max first, every temperature > 0 samples."""
+    m = tiny().eval()
+    start = torch.randint(0, 64, (3, 7))
+    for t in (1e-40, 1e-45):
+        assert torch.equal(m.generate(start, 4, temperature=t), m.generate(start, 4, temperature=0)), t
+
+
+def test_generate_never_draws_past_the_tokenizers_vocab():
+    """vocab_size: ids from it up to the model's padded vocab are never drawn, greedy or sampled, even
+    where the model favours them (here their embedding rows, tied to the output, are scaled up)."""
+    m = tiny().eval()
+    with torch.no_grad():
+        m.transformer.wte.weight[50:] *= 20
+    start = torch.randint(0, 50, (64, 3))
+    assert (m.generate(start, 2, temperature=1.0)[:, 3:] >= 50).any(), "test setup: padded ids should win some draws"
+    for kw in (dict(temperature=1.0), dict(temperature=0), dict(top_k=3), dict(temperature=1e-3)):
+        assert (m.generate(start, 2, vocab_size=50, **kw)[:, 3:] < 50).all(), kw
+
+
 def test_generate_temperature_zero_is_greedy_and_bad_settings_are_refused():
     m = tiny().eval()
     start = torch.randint(0, 64, (3, 7))

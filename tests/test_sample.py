@@ -71,22 +71,28 @@ def run(monkeypatch, capsys, out_dir, *opts):
     return [list(map(int, b.split())) for b in blocks[:-1]], calls
 
 
+BYTES_VOCAB = 257  # the checkpoint's tokenizer's; its model's vocab is padded to 320
+
+
 def replay(model, calls, max_new_tokens, temperature, top_k):
     """What generate gives on `model` with these settings from each recorded call's RNG state and prompt."""
     out = []
     for rng, idx in calls:
         torch.set_rng_state(rng)
-        out.append(model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k)[0, 1:].tolist())
+        out.append(model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k,
+                                  vocab_size=BYTES_VOCAB)[0, 1:].tolist())
     return out
 
 
 def test_greedy_sample_is_generate_on_the_checkpoints_weights(ckpt_dir, monkeypatch, capsys):
     """--temperature=0 needs no RNG: the output must be the loaded checkpoint's greedy continuation.
     A model that skipped the checkpoint (a fresh init) continues otherwise, as checked first."""
-    want = loaded(ckpt_dir).generate(torch.tensor([[256, 97, 98]]), 24, temperature=0)[0, 1:].tolist()
+    want = loaded(ckpt_dir).generate(torch.tensor([[256, 97, 98]]), 24, temperature=0,
+                                     vocab_size=BYTES_VOCAB)[0, 1:].tolist()
     torch.manual_seed(1337)  # sample.py's default seed, before it builds the model
     fresh = GPT(GPTConfig(**torch.load(os.path.join(ckpt_dir, "ckpt.pt"), weights_only=False)["model_args"]))
-    assert fresh.eval().generate(torch.tensor([[256, 97, 98]]), 24, temperature=0)[0, 1:].tolist() != want, \
+    assert fresh.eval().generate(torch.tensor([[256, 97, 98]]), 24, temperature=0,
+                                 vocab_size=BYTES_VOCAB)[0, 1:].tolist() != want, \
         "test setup: a fresh model should continue differently from the checkpoint"
     samples, _ = run(monkeypatch, capsys, ckpt_dir, "--temperature=0", "--num_samples=2", "--max_new_tokens=24")
     assert samples == [want, want], "temperature 0 must give the checkpoint's greedy continuation"
@@ -109,6 +115,28 @@ def test_sample_is_generate_with_the_options_given(ckpt_dir, monkeypatch, capsys
     others = [(0.8, top_k or None), (temperature, 200 if top_k != 200 else None), (temperature, 1)]
     for t, k in others:  # the default temperature; the default top_k (or none); greedy
         assert replay(m, calls, 30, t, k) != samples, f"test setup: temperature={t}, top_k={k} drew the same"
+
+
+def test_padding_ids_are_never_drawn(ckpt_dir, monkeypatch, capsys):
+    """The model's vocab is padded past the tokenizer's (320 vs 257 here). No document holds those ids, so
+    a trained model rarely picks them, but an untrained one does: sample.py drew them, and decode dropped
+    them from the text while they stayed in the context. Here they hold about a fifth of the mass."""
+    with torch.no_grad():
+        logits = loaded(ckpt_dir)(torch.tensor([[256, 97, 98]]))[0][0, -1]
+    assert logits.softmax(-1)[BYTES_VOCAB:].sum() > 0.05, "test setup: padded ids should carry some mass"
+    samples, _ = run(monkeypatch, capsys, ckpt_dir, "--temperature=1.0", "--num_samples=4", "--max_new_tokens=30")
+    drawn = [i for s in samples for i in s[2:]]
+    assert len(drawn) == 120 and max(drawn) < BYTES_VOCAB, f"drew ids past the tokenizer's vocab: {sorted(set(drawn))}"
+
+
+@pytest.mark.parametrize("opt,message", [("--seed=18446744073709551616", r"seed=18446744073709551616: must be in"),
+                                         ("--seed=-1", r"seed=-1: must be in"),
+                                         ("--start=\udcff\udcfe", r"--start: the prompt is not UTF-8 text")])
+def test_bad_seed_and_undecodable_prompt_are_refused(ckpt_dir, opt, message):
+    """A seed torch cannot take, and a prompt of bytes that are not UTF-8 (they reach sys.argv as lone
+    surrogates), get a message instead of a traceback from inside torch or the tokenizer."""
+    with pytest.raises(SystemExit, match=message):
+        sample.main([f"--out_dir={ckpt_dir}", "--device=cpu", opt])
 
 
 def test_seed_decides_the_draws(ckpt_dir, monkeypatch, capsys):
