@@ -13,6 +13,7 @@ import inspect
 import os
 import re
 import sys
+import traceback
 import types
 import typing
 
@@ -121,14 +122,22 @@ def parse(cfg, argv):
             if not os.path.isfile(arg):
                 raise ConfigError(f"config file {arg} not found (arguments are preset files or --key=value)")
             namespace = {}
-            with open(arg) as f:
-                source = f.read()
+            try:
+                with open(arg, encoding="utf-8") as f:
+                    source = f.read()
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"config file {arg} is not UTF-8 text (byte {e.start})")
             try:
                 code = compile(source, arg, "exec")
             except SyntaxError as e:
                 raise ConfigError(f"config file {arg}, line {e.lineno}: {e.msg}")
-            exec(code, namespace)
+            try:
+                exec(code, namespace)
+            except Exception as e:  # a preset is Python: name its line, as for a syntax error
+                line = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == arg]
+                raise ConfigError(f"config file {arg}, line {line[-1] if line else '?'}: {type(e).__name__}: {e}")
             for key, value in namespace.items():
-                if not key.startswith("_") and not isinstance(value, types.ModuleType):
+                # settings only: not what the preset imported or defined to compute them
+                if not key.startswith("_") and not isinstance(value, (types.ModuleType, type)) and not callable(value):
                     _set(cfg, key, value, arg, hints)
     return cfg

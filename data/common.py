@@ -80,17 +80,24 @@ def get_tokenizer(name="gpt2", fallback=True):
     return Tokenizer("bytes", fallback_for=name)
 
 
-def read_text(path):
+def read_text(path, errors="strict"):
+    """A file's text as UTF-8. Strict by default: a Latin-1 corpus read leniently would train on U+FFFD
+    wherever it had an accent, with no word said. errors="replace" is for corpora where a stray byte
+    does no harm (the built-in one: Python sources)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors=errors) as f:
             return f.read()
     except OSError as e:  # a file that went away, a dangling link, no permission: name it, no traceback
         raise SystemExit(f"cannot read {path}: {e.strerror or e}")
+    except UnicodeDecodeError as e:
+        raise SystemExit(f"{path} is not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 4]!r}); convert "
+                         f"it first, e.g. iconv -f latin1 -t utf-8 FILE > FILE.utf8, or leave it out")
 
 
 def path_order(relpath):
-    """Sort key for a deterministic shuffle of files: a hash of the relative path, the same on every OS."""
-    return hashlib.sha1(relpath.replace(os.sep, "/").encode()).hexdigest()
+    """Sort key for a deterministic shuffle of files: a hash of the relative path, the same on every OS.
+    os.fsencode: a name that is not UTF-8 comes back as the bytes it is on disk (UTF-8 names: the same)."""
+    return hashlib.sha1(os.fsencode(relpath.replace(os.sep, "/"))).hexdigest()
 
 
 def tokenize(texts, tok, num_threads=8):
@@ -151,6 +158,8 @@ def prepare_command(data_dir):
 def known_prepare_command(data_dir):
     """The command that makes data_dir when it is one of the folders our scripts write under data/, else None."""
     script = os.path.join(data_dir, "prepare.py")
+    if os.path.abspath(data_dir) == os.path.join(REPO, "data", "fineweb"):  # its script fills other folders
+        return f"python {os.path.relpath(script)}, then train with --dataset=fineweb10B (--edu: finewebedu10B)"
     if os.path.exists(script):  # builtin, shakespeare: the script sits in the folder it fills
         # data/text takes its source as an argument: without it the hint would only give a usage error
         text = os.path.abspath(data_dir) == os.path.join(REPO, "data", "text")
@@ -238,6 +247,9 @@ class ShardWriter:
     """Stream documents into <name>_<split>_%06d.bin shards of shard_tokens each; returns token count."""
 
     def __init__(self, out_dir, name, split, shard_tokens=SHARD_TOKENS):
+        # no leading dot: shard_paths passes over hidden names (SHARD_NAME), so a folder called .corpus
+        # would get shards that no run could find
+        name = name.lstrip(".") or "data"
         self.out_dir, self.name, self.split, self.shard_tokens = out_dir, name, split, shard_tokens
         self.buf, self.nbuf, self.index, self.total = [], 0, 0, 0
         os.makedirs(out_dir, exist_ok=True)

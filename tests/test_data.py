@@ -427,3 +427,54 @@ def test_text_dataset_hint_names_its_input_argument():
     data = os.path.join(common.REPO, "data")
     assert common.known_prepare_command(os.path.join(data, "text")).endswith(" --input=PATH (a text file or a folder of them)")
     assert "--input" not in common.known_prepare_command(os.path.join(data, "shakespeare"))
+
+
+def test_fineweb_hint_names_the_dataset_its_script_writes():
+    """data/fineweb/prepare.py writes data/fineweb10B (or finewebedu10B), not data/fineweb: the hint for
+    --dataset=fineweb told users to rerun the download and left them at the same error."""
+    data = os.path.join(common.REPO, "data")
+    hint = common.known_prepare_command(os.path.join(data, "fineweb"))
+    assert hint.startswith("python data/fineweb/prepare.py") and "--dataset=fineweb10B" in hint, hint
+    assert common.known_prepare_command(os.path.join(data, "fineweb10B")) == "python data/fineweb/prepare.py"
+
+
+def test_a_dataset_folder_named_with_a_leading_dot_can_be_trained_on(tmp_path):
+    """Shards are named after their folder, and shard_paths passes over hidden names: a folder called
+    .corpus got .corpus_train_000000.bin, which no run found (its error said to run the same prepare)."""
+    from data.text.prepare import prepare
+    src = tmp_path / "in.txt"
+    src.write_text("some text to tokenize " * 20)
+    out = str(tmp_path / ".corpus")
+    counts = prepare(str(src), out, tokenizer="bytes")
+    for split in ("train", "val"):
+        assert sum(len(read_shard(p)) for p in shard_paths(out, split)) == counts[f"{split}_tokens"]
+    common.check_counts(out, load_meta(out))
+
+
+def test_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
+    """A Latin-1 corpus was read with errors='replace' and trained on U+FFFD for every accent, silently."""
+    from data.text.prepare import prepare
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.txt").write_text("plain ascii " * 20)
+    (docs / "latin1.txt").write_bytes("Le caf\u00e9 est tr\u00e8s bon. ".encode("latin-1") * 20)
+    with pytest.raises(SystemExit, match=r"latin1\.txt is not UTF-8 text \(byte 6: b'\\xe9 es'\)"):
+        prepare(str(docs), str(tmp_path / "out"), tokenizer="bytes")
+    assert not os.path.exists(tmp_path / "out" / "meta.json"), "a stopped preparation must not look complete"
+
+
+def test_file_names_that_are_not_utf8_still_sort(tmp_path):
+    """Linux hands such names to Python as lone surrogates, which str.encode() refuses: preparing a folder
+    holding one stopped with a traceback. UTF-8 names hash as before, so existing datasets keep their order."""
+    import hashlib
+    assert common.path_order("dir/caf\u00e9.txt") == hashlib.sha1("dir/caf\u00e9.txt".encode()).hexdigest()
+    odd = os.fsdecode(b"caf\xe9.txt")
+    assert common.path_order(odd) == hashlib.sha1(b"caf\xe9.txt").hexdigest()
+    from data.text.prepare import prepare
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in (b"caf\xe9.txt", b"b.txt", b"c.txt"):
+        with open(os.path.join(os.fsencode(docs), name), "wb") as f:
+            f.write(b"hello world " * 50)
+    counts = prepare(str(docs), str(tmp_path / "out"), tokenizer="bytes")
+    assert counts["train_tokens"] + counts["val_tokens"] == 3 * (12 * 50 + 1)

@@ -744,3 +744,27 @@ def test_bench_train_without_a_gpu_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="no CUDA GPU here.*--device=cpu"):
         bench_train.main([])
+
+
+@pytest.mark.parametrize("source,words", [
+    (b"n_layer = 2\nn_layer = foo\n", "line 2: NameError: name 'foo' is not defined"),
+    (b"n_layer = 6 // 0\n", "line 1: ZeroDivisionError"),
+    (b'out_dir = "caf\xe9"\n', "is not UTF-8 text (byte 14)"),
+])
+def test_preset_that_fails_to_run_is_a_config_error_naming_file_and_line(tmp_path, source, words):
+    """A preset is Python: a name error in it, or bytes that are not UTF-8, gave a raw traceback where a
+    syntax error already gave 'config error: config file F, line N'."""
+    preset = tmp_path / "p.py"
+    preset.write_bytes(source)
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"config file {preset}") + ".*" + re.escape(words)):
+        configurator.parse(train.TrainConfig(), [str(preset)])
+
+
+def test_preset_may_import_and_define_helpers(tmp_path):
+    """What a preset imports or defines to compute its settings is no setting: `from math import sqrt`
+    was reported as the unknown config key 'sqrt'."""
+    preset = tmp_path / "p.py"
+    preset.write_text("import math\nfrom math import sqrt\nfrom collections import OrderedDict\n"
+                      "def heads(width):\n    return width // 64\nn_layer = int(sqrt(16))\nn_head = heads(256)\n")
+    cfg = configurator.parse(train.TrainConfig(), [str(preset)])
+    assert (cfg.n_layer, cfg.n_head) == (4, 4)

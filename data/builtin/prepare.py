@@ -45,6 +45,12 @@ def source_files(site_packages=True):
     return files
 
 
+def read_lenient(path):
+    """Python sources are UTF-8 unless they declare another coding (PEP 263), which a few old ones do;
+    their odd byte in a comment becomes U+FFFD here rather than stopping `python train.py`'s first run."""
+    return read_text(path, errors="replace")
+
+
 def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):
     tok = get_tokenizer(tokenizer)
     files, total = [], 0
@@ -61,7 +67,7 @@ def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):
               f".py files, {len(files)} files, {total / 1e6:.1f} MB (cap {max_mb} MB)")
     print(f"builtin corpus: {source} -> {out_dir}")
     with tqdm(total=len(files), unit="file", desc="tokenizing", disable=None) as bar:
-        counts = write_dataset(out_dir, "builtin", {"val": map(read_text, val), "train": map(read_text, train)},
+        counts = write_dataset(out_dir, "builtin", {"val": map(read_lenient, val), "train": map(read_lenient, train)},
                                tok, source, command_line(
                                    "data/builtin/prepare.py",
                                    out_dir=os.path.abspath(out_dir) if os.path.abspath(out_dir) != HERE else None,
