@@ -13,6 +13,7 @@ import gc
 import json
 import math
 import os
+import pickle
 import random
 import sys
 import time
@@ -246,6 +247,10 @@ def set_rng_state(state, device):
 
 
 RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "rng")
+# torch.load(weights_only=True) rebuilds tensors and plain containers only, so a checkpoint from elsewhere
+# cannot run code when loaded. Ours also hold numpy's RNG state, one uint32 array: numpy's own array
+# rebuilding is allowed for it, and nothing else.
+NUMPY_ARRAY_GLOBALS = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 def load_checkpoint(path, keys=RESUME_KEYS):
@@ -254,8 +259,14 @@ def load_checkpoint(path, keys=RESUME_KEYS):
     if not os.path.exists(path):
         raise SystemExit(f"no checkpoint at {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states too
-    except Exception as e:  # truncated, not a torch file, pickled classes that are gone: torch raises any of these
+        with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated, not a torch file, pickled code or classes: torch raises any of these
+        why = [s.split("error: ")[-1].strip() for s in str(e).splitlines() if "GLOBAL" in s or "Can only build" in s]
+        if isinstance(e, pickle.UnpicklingError) and why:
+            why = why[0]
+            raise SystemExit(f"{path} holds objects other than tensors, numbers and strings ({why}): refused, "
+                             "since loading them could run code; it is not a checkpoint train.py wrote")
         raise SystemExit(f"{path} is not a checkpoint train.py wrote: {type(e).__name__}: {e}")
     missing = [k for k in keys if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:

@@ -768,3 +768,17 @@ def test_preset_may_import_and_define_helpers(tmp_path):
                       "def heads(width):\n    return width // 64\nn_layer = int(sqrt(16))\nn_head = heads(256)\n")
     cfg = configurator.parse(train.TrainConfig(), [str(preset)])
     assert (cfg.n_layer, cfg.n_head) == (4, 4)
+
+
+def test_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
+    """Checkpoints load with torch.load(weights_only=True), numpy's array rebuilding allowed for the RNG
+    state: a file from elsewhere whose pickle calls a function (here os.makedirs) is refused before it runs.
+    With weights_only=False, as before, loading it made the folder."""
+    class Payload:
+        def __reduce__(self):
+            return os.makedirs, (str(tmp_path / "ran"),)
+    path = tmp_path / "ckpt.pt"
+    torch.save({k: Payload() if k == "model" else {} for k in train.RESUME_KEYS}, path)
+    with pytest.raises(SystemExit, match=re.escape(str(path)) + " holds objects other than tensors.*refused"):
+        train.load_checkpoint(str(path))
+    assert not (tmp_path / "ran").exists(), "loading the checkpoint ran the code in it"
