@@ -116,7 +116,7 @@ def bench_shape(B, H, N, D, causal, with_errors=True):
             fwd_bwd()
             peak = torch.cuda.max_memory_allocated() - base
             t_all = triton.testing.do_bench(fwd_bwd, warmup=50, rep=300, grad_to_none=[qg, kg, vg])
-        except RuntimeError as e:       # e.g. a backend that does not take this shape
+        except (RuntimeError, ValueError) as e:   # a backend that does not take this shape (ours: ValueError)
             print(f"  {name}: {first_line(e)}", file=sys.stderr)
             continue
         r = {"fwd_ms": t_fwd, "fwd_tflops": fwd_flops / t_fwd * 1e-9,
@@ -183,6 +183,18 @@ def main():
     only.add_argument("--graphs", action="store_true", help="instead of the table: forward+backward of every method "
                       "in eager mode and replayed from a CUDA graph (which takes the host's share away)")
     args = p.parse_args()
+    # checked here, not shape by shape: a bad one last in the list used to stop the run after the others,
+    # with no table and no --json written
+    bad = [s for s in args.shapes if not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*x[1-9]\d*", s)]
+    if bad:
+        p.error(f"--shapes {' '.join(bad)}: expected BxHxNxD, four positive integers (e.g. 2x16x8192x128)")
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: must be at least 1")
+    if args.json and (args.profile or args.graphs or args.kernels):
+        p.error("--json writes the table's or --compare's rows; --profile, --graphs and --kernels only print")
+    if args.sweep is not None and (args.compare or args.profile or args.graphs or args.kernels):
+        p.error("--sweep tunes the tilings for the table; it does not run with --compare, --kernels, --profile "
+                "or --graphs")
     global MODEL_LAYOUT, MEAN
     MODEL_LAYOUT, MEAN = args.model_layout, args.mean
     if not torch.cuda.is_available():
@@ -208,8 +220,18 @@ def main():
             print(json.dumps(rows[-1]), flush=True)
         print_table(rows)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        with open(args.json, "w") as f:     # NaN (no such figure, e.g. cuDNN's pre-pass share) as null: strict JSON
+            json.dump(nan_to_none(rows), f, indent=1, allow_nan=False)
+
+
+def nan_to_none(x):
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: nan_to_none(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [nan_to_none(v) for v in x]
+    return x
 
 
 SWEEP = {   # (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel; dkdv's BLOCK_M is its query block
@@ -235,6 +257,17 @@ def sweep(kernels):
     fwd, dq, dkdv, keeping the fastest of each; tilings that attention_fp8.tiles refuses are skipped.
     (test_attention.py::test_other_tilings checks that other tilings compute the same function.)"""
     jit_fns = {"fwd": A._fwd_kernel, "dq": A._bwd_dq_kernel, "dkdv": A._bwd_dkdv_kernel}
+    # The shapes below take the Gluon forward and dK/dV kernels on Hopper, which CONFIGS does not tile:
+    # the Triton kernels alone while sweeping, or every candidate would time the same Gluon kernel.
+    hopper = A.HOPPER_FORWARD, A.HOPPER_BACKWARD
+    A.HOPPER_FORWARD = A.HOPPER_BACKWARD = ()
+    try:
+        _sweep(kernels, jit_fns)
+    finally:
+        A.HOPPER_FORWARD, A.HOPPER_BACKWARD = hopper
+
+
+def _sweep(kernels, jit_fns):
     for D in (64, 128):
         B, H, N = 2, 16, 8192
         q, k, v, do = inputs(B, H, N, D)

@@ -12,7 +12,7 @@ the list short per call.
 """
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +21,11 @@ import configurator
 from model import ATTENTION_PATHS, GPT, GPTConfig, resolve_attention, shape_problem
 
 SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}  # forced SDPA backends
+# the aten op each backend runs, as the profiler names it: a forced arm checks that it really ran. MATH
+# has none under torch.compile (decomposed into matmuls and a softmax): there, no fused op may run.
+SDPA_OPS = {"CUDNN_ATTENTION": "_scaled_dot_product_cudnn_attention",
+            "FLASH_ATTENTION": "_scaled_dot_product_flash_attention",
+            "EFFICIENT_ATTENTION": "_scaled_dot_product_efficient_attention", "MATH": None}
 PATHS = ["auto", *ATTENTION_PATHS, *SDPA_BACKENDS]  # what --attentions= may list
 
 
@@ -62,12 +67,17 @@ def bench(cfg, attention, block_size, device):
     batch = max(1, cfg.tokens_per_step // block_size)
     x = torch.randint(0, cfg.vocab_size, (batch, block_size + 1), device=device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    sdpa = ExitStack()
     if backend:  # forced at trace time, so the context covers compilation too
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        sdpa = sdpa_kernel(getattr(SDPBackend, backend))
-    else:
-        sdpa = nullcontext()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        sdpa.enter_context(sdpa_kernel(getattr(SDPBackend, backend)))
+        # torch.compile's on-disk AOTAutograd cache keys a graph without the SDPA backend flags: a second
+        # arm of the same model (in this process or an earlier one) got the first arm's compiled graph,
+        # and with it the first arm's backend, under the second's name
+        if hasattr(torch._functorch.config, "enable_autograd_cache"):
+            sdpa.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    # this device's, not the current one's: with --device=cuda:1 the clock stopped before GPU 1 was done
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
     def step():
         with autocast:
@@ -79,6 +89,14 @@ def bench(cfg, attention, block_size, device):
     with sdpa:
         for _ in range(cfg.warmup):
             step()
+        if backend:  # one more step, untimed, to see which attention op runs
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                step()
+            ran = sorted({e.name for e in prof.events() if "scaled_dot_product" in e.name})
+            want = SDPA_OPS[backend]
+            fused = [name for name in ran if any(op in name for op in SDPA_OPS.values() if op)]
+            if (want and not any(want in name for name in ran)) or (not want and fused):
+                raise SystemExit(f"{attention}: the {backend} backend did not run; the profiler saw {ran or 'no SDPA op'}")
         sync()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)

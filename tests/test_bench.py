@@ -2,8 +2,10 @@
 which use that revision's attention_fp8), and
 the inputs of --model-layout and --mean."""
 import inspect
+import json
 import os
 import shutil
+import sys
 
 import torch
 
@@ -306,3 +308,37 @@ def test_graphed_tflops(fake_gpu, monkeypatch, capsys):
         assert line[5] == f"{tflops(3.5 * CAUSAL_FLOPS, FWDBWD[m] * 1e-5):.0f}", line
         assert line[8] == f"{tflops(3.5 * CAUSAL_FLOPS, GRAPH[m] * 1e-5):.0f}", line
         assert float(line[5]) > 10 and float(line[8]) > 10, line
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--shapes", "8x16x1024x64", "4x16x4096"], "--shapes 4x16x4096: expected BxHxNxD"),
+    (["--shapes", "0x16x1024x64"], "--shapes 0x16x1024x64: expected BxHxNxD"),
+    (["--rounds", "0", "--compare", "a.py"], "--rounds 0: must be at least 1"),
+    (["--kernels", "--json", "k.json"], "--json writes the table's or --compare's rows"),
+    (["--graphs", "--sweep"], "--sweep tunes the tilings for the table"),
+])
+def test_bad_arguments_stop_before_any_run(monkeypatch, capsys, argv, message):
+    """Checked when parsed, GPU or not: a bad shape last in the list stopped the run after the others,
+    with no table and no JSON; --json beside --kernels was ignored without a word."""
+    monkeypatch.setattr(sys, "argv", ["bench_attention.py", *argv])
+    with pytest.raises(SystemExit) as e:
+        B.main()
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_json_rows_are_strict_json():
+    """cuDNN's row has no pre-pass share (NaN): written as null, which jq and JavaScript read; bare NaN they refuse."""
+    rows = [{"shape": "1x1x1x64", "prepass_share": float("nan"), "cudnn": {"fwd_ms": 1.0, "err_o": float("nan")}}]
+    text = json.dumps(B.nan_to_none(rows), allow_nan=False)
+    assert json.loads(text) == [{"shape": "1x1x1x64", "prepass_share": None, "cudnn": {"fwd_ms": 1.0, "err_o": None}}]
+
+
+def test_sweep_times_the_triton_kernels_it_tiles(monkeypatch):
+    """At the sweep's shapes Hopper runs the Gluon forward and dK/dV kernels, which CONFIGS does not tile:
+    the sweep turns them off while it runs (or every candidate timed the same Gluon kernel), then back on."""
+    seen = []
+    monkeypatch.setattr(B, "_sweep", lambda kernels, jit_fns: seen.append((B.A.HOPPER_FORWARD, B.A.HOPPER_BACKWARD)))
+    before = B.A.HOPPER_FORWARD, B.A.HOPPER_BACKWARD
+    assert before[0] and before[1], "test setup: the Gluon kernels should be on for some head dims"
+    B.sweep(["fwd", "dkdv"])
+    assert seen == [((), ())] and (B.A.HOPPER_FORWARD, B.A.HOPPER_BACKWARD) == before

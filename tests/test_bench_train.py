@@ -95,3 +95,21 @@ def test_fp8_where_it_cannot_run_is_refused_without_a_traceback():
                                   steps=1, compile=False, device="cpu")
     with pytest.raises(SystemExit, match="attention=fp8 cannot run here"):
         bench_train.bench(cfg, "fp8", 16, torch.device("cpu"))
+
+
+def test_forced_sdpa_backends_run_and_are_checked(monkeypatch):
+    """A forced arm must run its backend. Compiled, the second of two arms of the same model got the first
+    one's graph from torch.compile's AOTAutograd cache, whose key ignores the SDPA backend flags, and
+    so the first one's backend under its own name. Here MATH, then FLASH_ATTENTION (both run on a CPU);
+    each arm profiles a step and stops if its op did not run."""
+    monkeypatch.setattr(bench_train, "SDPA_BACKENDS", {"sdpa_math": "MATH", "sdpa_flash": "FLASH_ATTENTION"})
+    cfg = bench_train.BenchConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=128, tokens_per_step=64, warmup=1,
+                                  steps=1, compile=True, device="cpu")
+    for arm in ("sdpa_math", "sdpa_flash"):
+        tok_s, _, _ = bench_train.bench(cfg, arm, 32, torch.device("cpu"))
+        assert tok_s > 0
+    # and the check can fail: an arm whose op never shows
+    monkeypatch.setattr(bench_train, "SDPA_OPS", {**bench_train.SDPA_OPS, "FLASH_ATTENTION": "_no_such_op"})
+    cfg.compile = False
+    with pytest.raises(SystemExit, match=r"sdpa_flash: the FLASH_ATTENTION backend did not run; the profiler saw \[.*flash"):
+        bench_train.bench(cfg, "sdpa_flash", 32, torch.device("cpu"))
