@@ -5,7 +5,7 @@ are the kind a fork picks up: a loss not averaged over micro-batches, a setting 
 model, a resume that is not exact, DDP ranks that read the same windows, a mask or scale off, a shard
 read from the wrong offset. The kernel's are in tests/mutate_kernel.py, whose runner this uses.
 
-    python tests/mutate_trainer.py             # every bug, two at a time (~30 minutes on 2 CPU cores)
+    python tests/mutate_trainer.py             # every bug, two at a time (~35 minutes on 2 CPU cores)
     python tests/mutate_trainer.py -k ddp      # the bugs whose names contain ddp
 
 Left out because they change nothing the trainer computes: gradients all-reduced after every
@@ -203,8 +203,8 @@ BUGS = {
         'temperature=1.0,',
         'sample.py ignores --temperature'),
     'sample_top_k_ignored': ('sample.py',
-        'top_k=cfg.top_k or None)',
-        'top_k=None)',
+        'top_k=cfg.top_k or None,',
+        'top_k=None,',
         'sample.py ignores --top_k'),
     'sample_no_eval': ('sample.py',
         '    model.eval().to(device)',
@@ -214,6 +214,30 @@ BUGS = {
         '    torch.manual_seed(cfg.seed)\n',
         '',
         'sample.py ignores --seed'),
+    'sample_padding_drawn': ('model.py',
+        '                logits[:, vocab_size:] = -float("Inf")',
+        '                pass',
+        "generate() draws the padded vocab's ids, which no document holds"),
+    'sample_tiny_temperature_nan': ('model.py',
+        '(logits - logits.max(-1, keepdim=True).values) / temperature',
+        'logits / temperature',
+        'a temperature near the float floor overflows the logits (NaN, a traceback)'),
+    'ckpt_unpickles_code': ('train.py',
+        'map_location="cpu", weights_only=True)',
+        'map_location="cpu", weights_only=False)',
+        'checkpoints unpickled in full: a file from elsewhere runs its code on load'),
+    'data_text_read_leniently': ('data/common.py',
+        'def read_text(path, errors="strict"):',
+        'def read_text(path, errors="replace"):',
+        'a corpus that is not UTF-8 is trained on U+FFFD, silently'),
+    'data_shard_name_dotted': ('data/common.py',
+        '        name = name.lstrip(".") or "data"\n',
+        '',
+        "a dot-named folder's shards are hidden from every run"),
+    'preset_helpers_are_keys': ('configurator.py',
+        ' and not callable(value):',
+        ':',
+        "what a preset imports or defines is taken for a setting (unknown key 'sqrt')"),
 }
 
 
