@@ -253,6 +253,18 @@ RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", 
 NUMPY_ARRAY_GLOBALS = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
+def _load_error(e):
+    """torch.load's error in one line: for a weights-only refusal, its reason, not the advice around it."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:
+            rest = line.split("WeightsUnpickler error:")[1].strip()
+            return rest or (lines[i + 1] if i + 1 < len(lines) else "")
+        if "GLOBAL" in line or "Can only build" in line:
+            return line
+    return lines[0] if lines else ""
+
+
 def load_checkpoint(path, keys=RESUME_KEYS):
     """A checkpoint save_checkpoint wrote, with the keys its reader needs, or an error that names the
     file and what is wrong with it (sample.py reads them too)."""
@@ -262,12 +274,11 @@ def load_checkpoint(path, keys=RESUME_KEYS):
         with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated, not a torch file, pickled code or classes: torch raises any of these
-        why = [s.split("error: ")[-1].strip() for s in str(e).splitlines() if "GLOBAL" in s or "Can only build" in s]
-        if isinstance(e, pickle.UnpicklingError) and why:
-            why = why[0]
+        why = _load_error(e)
+        if isinstance(e, pickle.UnpicklingError) and ("GLOBAL" in why or "Can only build" in why):
             raise SystemExit(f"{path} holds objects other than tensors, numbers and strings ({why}): refused, "
                              "since loading them could run code; it is not a checkpoint train.py wrote")
-        raise SystemExit(f"{path} is not a checkpoint train.py wrote: {type(e).__name__}: {e}")
+        raise SystemExit(f"{path} is not a checkpoint train.py wrote: {type(e).__name__}: {why}")
     missing = [k for k in keys if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise SystemExit(f"{path} has no {', '.join(map(repr, missing))}: it is not a checkpoint train.py wrote")
