@@ -340,13 +340,14 @@ class GPT(nn.Module):
             idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
             logits, _ = self(idx_cond)
             logits = logits[:, -1, :].float()
-            if vocab_size is not None:
+            if temperature > 0:
+                # less the row's max first: then no temperature, however small, overflows to inf (NaN after softmax)
+                logits = (logits - logits.max(-1, keepdim=True).values) / temperature
+            if vocab_size is not None:     # after the division: -inf / inf would be NaN
                 logits[:, vocab_size:] = -float("Inf")
             if temperature == 0:  # the limit of temperature -> 0: the most likely token
                 idx_next = logits.argmax(-1, keepdim=True)
             else:
-                # less the row's max first: then no temperature, however small, overflows to inf (NaN after softmax)
-                logits = (logits - logits.max(-1, keepdim=True).values) / temperature
                 if top_k is not None:
                     v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                     logits[logits < v[:, [-1]]] = -float("Inf")

@@ -140,7 +140,8 @@ def test_generate_never_draws_past_the_tokenizers_vocab():
         m.transformer.wte.weight[50:] *= 20
     start = torch.randint(0, 50, (64, 3))
     assert (m.generate(start, 2, temperature=1.0)[:, 3:] >= 50).any(), "test setup: padded ids should win some draws"
-    for kw in (dict(temperature=1.0), dict(temperature=0), dict(top_k=3), dict(temperature=1e-3)):
+    for kw in (dict(temperature=1.0), dict(temperature=0), dict(top_k=3), dict(temperature=1e-3),
+               dict(temperature=float("inf"))):     # inf: uniform over the real ids (masked first, -inf / inf was NaN)
         assert (m.generate(start, 2, vocab_size=50, **kw)[:, 3:] < 50).all(), kw
 
 
