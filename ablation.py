@@ -81,8 +81,10 @@ def smooth(xs, k):
 
 
 def table(runs):
-    """Markdown: final train loss (mean over the last 10% of steps), final and best val loss, tok/s."""
-    rows = ["| arm | train loss, last 10% of steps | final val loss | best val loss | tok/s (median, 2nd half) |",
+    """Markdown: final train loss (the mean of the losses logged in the last 10% of steps: train.py logs
+    one step's loss every log_interval steps, so 2 to 11 of them in runs of 150 to 1000 steps), final and
+    best val loss, tok/s."""
+    rows = ["| arm | train loss, logged in the last 10% of steps | final val loss | best val loss | tok/s (median, 2nd half) |",
             "|---|---|---|---|---|"]
     for arm, (train, evals) in runs.items():
         last_iter = train[-1]["iter"]
@@ -146,9 +148,12 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         extra = [a for a in sys.argv[2:] if not a.startswith("--arms=")]
         arms = next((a.split("=", 1)[1].split(",") for a in sys.argv[2:] if a.startswith("--arms=")), DEFAULT_ARMS)
-        unknown = [a for a in arms if a not in ARMS]
+        unknown = [repr(a) for a in arms if a not in ARMS]
         if unknown:
             sys.exit(f"unknown arm(s) {', '.join(unknown)}; the arms are {', '.join(ARMS)}")
+        twice = sorted({a for a in arms if arms.count(a) > 1})
+        if twice:  # the second run would train the arm again and move the first one's log aside
+            sys.exit(f"--arms names {', '.join(twice)} twice")
         run(extra, arms)
     else:
         plot()

@@ -32,10 +32,13 @@ def test_table_from_metrics_with_resumed_and_unfinished_runs(tmp_path, monkeypat
     assert lines[3] == "| fp8 | 6.0000 | - | - | - |", lines[3]
 
 
-def test_unknown_arm_is_refused_before_any_run():
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "ablation.py"), "run", "--arms=fp8,bf16"],
+@pytest.mark.parametrize("arms,message", [("fp8,bf16", "unknown arm(s) 'bf16'"), ("", "unknown arm(s) ''"),
+                                          ("fp8,sdpa,fp8", "--arms names fp8 twice")])
+def test_unknown_or_repeated_arm_is_refused_before_any_run(arms, message):
+    """An arm named twice trained twice, the second run moving the first one's log aside; --arms= named nothing."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "ablation.py"), "run", f"--arms={arms}"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0 and "unknown arm(s) bf16" in r.stderr and "$ " not in r.stdout, (r.stdout, r.stderr)
+    assert r.returncode != 0 and message in r.stderr and "$ " not in r.stdout, (r.stdout, r.stderr)
 
 
 def test_table_tail_and_median(tmp_path, monkeypatch):
