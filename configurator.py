@@ -138,6 +138,6 @@ def parse(cfg, argv):
                 raise ConfigError(f"config file {arg}, line {line[-1] if line else '?'}: {type(e).__name__}: {e}")
             for key, value in namespace.items():
                 # settings only: not what the preset imported or defined to compute them
-                if not key.startswith("_") and not isinstance(value, (types.ModuleType, type)) and not callable(value):
+                if not key.startswith("_") and not isinstance(value, types.ModuleType) and not callable(value):
                     _set(cfg, key, value, arg, hints)
     return cfg
