@@ -207,3 +207,20 @@ def test_stock_interpreter_is_wrong(inputs):
     print("stock interpreter, fp32 -> bf16:", msg)
     assert idx.numel() > 0
     assert not torch.allclose(dot, a.float() @ b.float(), rtol=1e-3)
+
+
+# (input, the e4m3 value it must become): ties to the even mantissa, e4m3's subnormals, and saturation
+# at 448 (the GPU's cvt.rn.satfinite; e4m3fn has no infinity), written out rather than taken from torch,
+# whose own conversion the shim calls
+E4M3_CASES = [(1.0625, 1.0), (1.1875, 1.25), (-1.0625, -1.0), (1.0625 + 2**-20, 1.125), (3.5 * 2**4, 56.0),
+              (2**-9, 2**-9), (2**-10, 0.0), (3 * 2**-10, 2**-8), (2**-11, 0.0), (-3 * 2**-10, -2**-8),
+              (448.0, 448.0), (449.0, 448.0), (464.0, 448.0), (480.0, 448.0), (1e4, 448.0), (3.4e38, 448.0),
+              (float("inf"), 448.0), (float("-inf"), -448.0), (-500.0, -448.0)]
+
+
+def test_fp32_to_e4m3_against_a_written_table():
+    x = torch.tensor([c[0] for c in E4M3_CASES], dtype=torch.float32, device=DEVICE)
+    got = triton_cast(x, F8E4).float().cpu().tolist()
+    want = [c[1] for c in E4M3_CASES]
+    bad = [(c[0], g, w) for c, g, w in zip(E4M3_CASES, got, want) if g != w]
+    assert not bad, f"(input, got, want): {bad}"
