@@ -107,7 +107,11 @@ def _cast_impl(self, src, dst_type):
 def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     """InterpreterBuilder.create_dot: widen fp8/bf16/fp16 operands to fp32 before np.matmul (stock
     code multiplied bf16 bit patterns as integers). Integer and fp32/fp64 dots are left as they were;
-    note that fp32 operands are NOT rounded to tf32 here as the GPU's default input_precision does."""
+    note that fp32 operands are NOT rounded to tf32 here as the GPU's default input_precision does.
+    Nor is the GPU's FP8 accumulation copied: on sm_90 Triton leaves FP8 dots to the tensor cores'
+    short accumulator (max_num_imprecise_acc, about 14 bits kept; SPEED.md step 17), where this sums
+    in fp32. So the interpreter's FP8 dots are the more exact, and a bug that shows only as a loss of
+    accumulation precision is the GPU tests' to catch, not the CPU's."""
     if not (a.dtype.is_floating() and b.dtype.is_floating()):
         return _originals["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
 
