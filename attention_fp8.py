@@ -80,7 +80,9 @@ Why these choices:
   dimension and read Q, K, V, dO as stored. P V, P^T dO, dS K and dS^T Q reduce over tokens, so
   the quantize kernel also writes token-contiguous copies (V^T, dO^T, K^T, Q^T).
 
-All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for finite inputs.
+All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for finite inputs (and an
+sm_scale that fits fp32). Scores of 1e5 and more (sm_scale * q.k) make the backward's recomputed P
+coarse, as in any kernel that recomputes it in fp32: an fp32 step there is 2^-7, 0.5% of P.
 The forward saves LSE (in base 2) and recomputes P in the backward: no N x N buffer anywhere.
 
 Layout of the code: quantize kernel -> forward kernel -> backward pre-pass + dQ kernel ->
@@ -980,6 +982,7 @@ def _setup_context(ctx, inputs, output):
     q, k, v, ctx.causal, ctx.sm_scale, ctx.delta = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o if ctx.delta == "stale" else None, lse)   # see _Attention.forward
+    ctx.mark_non_differentiable(lse)    # the backward gives no gradient through LSE: say so, not a silent 0
 
 
 def _refuse_double_backward():
@@ -1061,6 +1064,10 @@ def _check_inputs(q, k, v, delta):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"attention: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.is_nested or x.layout != torch.strided:
+            raise ValueError(f"attention: {name} must be a dense (strided) tensor, got a "
+                             f"{'nested' if x.is_nested else str(x.layout).replace('torch.', '')} one; pad the "
+                             "sequences to one length (causal attention needs no mask for padding at the end)")
         if x.dim() != 4:
             raise ValueError(f"attention: {name} must be 4-D (batch, heads, seq_len, head_dim), got shape {tuple(x.shape)}")
         if x.dtype not in (torch.bfloat16, torch.float16):
@@ -1127,6 +1134,10 @@ def _causal_and_scale(q, causal, sm_scale):
     scale = float(sm_scale)
     if not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"attention: sm_scale must be a finite number >= 0, got {sm_scale!r}")
+    # the kernels take sm_scale * log2(e) as an fp32 number: past fp32's range it is inf, and every output NaN
+    if scale * LOG2E > torch.finfo(torch.float32).max:
+        raise ValueError(f"attention: sm_scale {sm_scale!r} is too large for the kernels' fp32 arithmetic "
+                         f"(sm_scale * log2(e) must stay below {torch.finfo(torch.float32).max:.3g})")
     return bool(causal), scale
 
 
@@ -1164,7 +1175,8 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     q: (B, H, N, D); k, v: (B, H_kv, N, D) with H % H_kv == 0; bf16 or fp16; D in {64, 128}; any
     strides, each tensor spanning fewer than 2^31 elements (32-bit offsets; larger calls raise).
     sm_scale >= 0, default 1 / sqrt(D). delta="matched" (Delta-Matching) or "stale" (rowsum(dO * O),
-    the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout; differentiable in q, k, v
+    the ablation arm). Returns o (B, H, N, D) in q's dtype and memory layout (contiguous where D's stride
+    in q is not 1); differentiable in q, k, v
     once (no create_graph=True: the FP8 backward has no gradient of its own). An inf in q, k or v
     makes its whole scale tile NaN (64 queries, 128 keys), so more rows of o come out NaN than with
     SDPA, which spreads it only to the rows that attend to it; a NaN stays in its own element's row

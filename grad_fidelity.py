@@ -213,7 +213,7 @@ def main(argv=None):
     T, n = arch.block_size, cfg.batches * cfg.batch_size
     try:
         meta = load_meta(data_dir)
-        windows = val_windows(data_dir, T, 2 * n * T, cfg.batch_size, meta["vocab_size"])
+        windows = val_windows(data_dir, T, 2 * n * T, meta["vocab_size"])
     except (OSError, ValueError) as e:
         raise SystemExit(f"the checkpoint's dataset {data_dir}: {e}")
     if len(windows) < 2 * n:

@@ -46,6 +46,9 @@ def fp8_unavailable(device, head_dim=None):
         import attention_fp8
     except Exception as e:  # the kernel has not landed, or triton is missing
         return f"attention_fp8 does not import ({type(e).__name__}: {e})"
+    if device.type != "cuda" and not attention_fp8.fp8_supported(device):  # imported before TRITON_INTERPRET=1
+        return (f"no CUDA GPU (device {device.type}), and attention_fp8 was imported without TRITON_INTERPRET=1, "
+                "which alone runs its kernels on a CPU")
     if device.type == "cuda" and not attention_fp8.fp8_supported(device):
         name, cap = torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
         if torch.version.hip is not None:
@@ -65,6 +68,10 @@ def resolve_attention(requested, device, head_dim=None):
     if requested == "auto":
         # never the CPU interpreter by choice: it is for tests, thousands of times slower than SDPA
         why = fp8_unavailable(device, head_dim) if torch.device(device).type == "cuda" else "no CUDA GPU"
+        if not why:
+            import attention_fp8  # imported by fp8_unavailable already
+            if attention_fp8.INTERPRETED:  # TRITON_INTERPRET=1 on a GPU machine
+                why = "its kernels were built for Triton's interpreter (TRITON_INTERPRET=1)"
         return ("sdpa", why) if why else ("fp8", None)
     why = fp8_unavailable(device, head_dim)
     if why:

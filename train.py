@@ -10,15 +10,18 @@ Without a preset on a machine with no GPU, config/cpu_tiny.py is applied first. 
 TrainConfig; presets and --key=value overrides are checked against their types (configurator.py).
 """
 import gc
+import glob
 import json
 import math
 import os
 import pickle
 import random
+import signal
 import sys
+import threading
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -97,6 +100,12 @@ def load_config(argv):
     for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip", "warmup_iters", "lr_decay_iters"):
         if not 0 <= getattr(cfg, key) < math.inf:  # written so that nan fails too (nan < 0 is False)
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be a finite number >= 0")
+    if cfg.min_lr > cfg.learning_rate:  # the cosine would climb from learning_rate to min_lr
+        raise configurator.ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: "
+                                       "the schedule decays from learning_rate down to min_lr")
+    if 0 < cfg.lr_decay_iters < cfg.warmup_iters:  # warmup would end in a drop straight to min_lr
+        raise configurator.ConfigError(f"lr_decay_iters={cfg.lr_decay_iters} ends before warmup_iters="
+                                       f"{cfg.warmup_iters}: the decay runs from the end of warmup to lr_decay_iters")
     if cfg.n_embd < 1 or cfg.n_layer < 0:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_layer={cfg.n_layer}: a model needs n_embd >= 1 and n_layer >= 0")
     if cfg.delta_monitor and cfg.n_layer == 0:
@@ -149,10 +158,10 @@ class TrainData:
         return xy[:, :-1], xy[:, 1:]  # inputs and next-token targets, (B, T) each
 
 
-def val_windows(data_dir, block_size, eval_tokens, multiple, vocab_size=2**16):
-    """The fixed validation set: consecutive windows from the start of the val split, (n, T + 1) int64,
-    n trimmed to a multiple of batch_size * world_size so every eval batch has the same shape (fewer
-    windows than that are kept whole, in uneven batches)."""
+def val_windows(data_dir, block_size, eval_tokens, vocab_size=2**16):
+    """The fixed validation set: the first eval_tokens // T consecutive windows of the val split (at least
+    one; all it holds if fewer), (n, T + 1) int64. The same set for any batch size and number of processes,
+    so val losses compare across them (evaluate() fills its last batch up instead of dropping windows)."""
     T = block_size
     need, parts = max(eval_tokens // T, 1) * T + 1, []  # at least one window
     for path in shard_paths(data_dir, "val"):
@@ -164,7 +173,6 @@ def val_windows(data_dir, block_size, eval_tokens, multiple, vocab_size=2**16):
             break
     tokens = np.concatenate(parts)
     n = max(len(tokens) - 1, 0) // T  # 0 tokens: 0 windows, not (0 - 1) // T = -1, which passed the check below
-    n = n // multiple * multiple or n
     if n == 0:
         raise ValueError(f"the val split of {data_dir} has {len(tokens)} tokens, fewer than block_size + 1")
     return torch.from_numpy(tokens[np.arange(n)[:, None] * T + np.arange(T + 1)].astype(np.int64))
@@ -173,17 +181,24 @@ def val_windows(data_dir, block_size, eval_tokens, multiple, vocab_size=2**16):
 @torch.no_grad()
 def evaluate(model, windows, batch_size, rank, world, device, ctx):
     """Mean loss per token over the fixed val windows; each rank takes every world-th window and the sums
-    are reduced, so all ranks return the same figure. Returns a dict of metrics for the log; the training
-    loop adds the delta monitor's figures (delta_monitor=True) to it, and all land in one JSONL line."""
+    are reduced, so all ranks return the same figure. Every batch has batch_size windows (one shape for a
+    compiled model): a rank's last batch is filled up with windows whose targets are all -1, which the
+    loss ignores and the count leaves out. Returns a dict of metrics for the log; the training loop adds
+    the delta monitor's figures (delta_monitor=True) to it, and all land in one JSONL line."""
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)  # (sum of token losses, token count)
     mine = windows[rank::world]
     for i in range(0, len(mine), batch_size):
-        xy = mine[i:i + batch_size].to(device)
+        x, y = mine[i:i + batch_size, :-1], mine[i:i + batch_size, 1:]
+        count = y.numel()
+        if len(x) < batch_size:
+            fill = batch_size - len(x)
+            x = torch.cat([x, x.new_zeros(fill, x.size(1))])
+            y = torch.cat([y, y.new_full((fill, y.size(1)), -1)])
         with ctx:
-            _, loss = model(xy[:, :-1], xy[:, 1:])
-        total[0] += loss.double() * xy[:, 1:].numel()
-        total[1] += xy[:, 1:].numel()
+            _, loss = model(x.to(device), y.to(device))
+        total[0] += loss.double() * count
+        total[1] += count
     if world > 1:
         dist.all_reduce(total)
     model.train()
@@ -246,6 +261,28 @@ def set_rng_state(state, device):
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+def set_aside(path):
+    """Move a finished run's file out of the way, under its last-modified time: metrics.jsonl ->
+    metrics.20261206-203958.jsonl (-1, -2, ... where that name is taken). Returns the new path."""
+    stem, ext = os.path.splitext(path)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(path)))
+    kept, i = f"{stem}.{stamp}{ext}", 0
+    while os.path.exists(kept):
+        i += 1
+        kept = f"{stem}.{stamp}-{i}{ext}"
+    os.replace(path, kept)
+    return kept
+
+
+def log_run_id(path):
+    """The run id in a log's first row (its start), or None: no log, or one from before run ids."""
+    try:
+        with open(path) as f:
+            return json.loads(f.readline()).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "rng")
 # torch.load(weights_only=True) rebuilds tensors and plain containers only, so a checkpoint from elsewhere
 # cannot run code when loaded. Ours also hold numpy's RNG state, one uint32 array: numpy's own array
@@ -292,6 +329,10 @@ def save_checkpoint(path, ckpt):
 
 # -----------------------------------------------------------------------------------------------------
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # 143, the exit status a shell gives a process SIGTERM ended
+
+
 def main(argv=None):
     try:
         cfg = load_config(argv)
@@ -314,11 +355,19 @@ def main(argv=None):
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     master = rank == 0
     say = tqdm.write if master else (lambda *a, **k: None)
+    # SIGTERM (torchrun, SLURM, docker stop) stops the run the way Ctrl-C does, through the finally blocks:
+    # a checkpoint being written then removes its temporary file (the last whole ckpt.pt stays either way)
+    main_thread = threading.current_thread() is threading.main_thread()
+    on_term = signal.getsignal(signal.SIGTERM) if main_thread else None
+    if main_thread:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         train(cfg, device, ddp, rank, local_rank, world, master, say)
         if ddp:  # finish together: gloo can abort a process that tears down while another still works
             dist.barrier()
     finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
         if ddp:
             # the DDP wrapper sits in reference cycles that hold the process group; collect them now, or the
             # group is torn down during interpreter exit, where gloo sometimes aborts (SIGABRT)
@@ -350,6 +399,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     ckpt = None
     if cfg.init_from == "resume":  # first: the checkpoint's architecture (head dim) decides the attention path
         ckpt = load_checkpoint(ckpt_path)
+    ckpt_run_id = ckpt.get("run_id") if ckpt else None  # (none in checkpoints from before run ids)
     arch = ckpt["model_args"] if ckpt else vars(cfg)
     head_dim = arch["n_embd"] // arch["n_head"]
     try:
@@ -382,11 +432,12 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         meta = load_meta(data_dir)
         check_counts(data_dir, meta)
         train_data = TrainData(data_dir, cfg.block_size, cfg.seed, meta["vocab_size"])
-        val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, cfg.batch_size * world, meta["vocab_size"])
+        val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, meta["vocab_size"])
     except (OSError, ValueError) as e:
         raise SystemExit(f"dataset={cfg.dataset!r}: {e}")
-    if val.numel() - len(val) < cfg.eval_tokens:
-        say(f"val: {val.numel() - len(val):,} tokens ({len(val)} windows), fewer than eval_tokens={cfg.eval_tokens:,}")
+    if len(val) < cfg.eval_tokens // cfg.block_size:
+        say(f"val: the val split holds {len(val)} windows of block_size + 1 tokens ({len(val) * cfg.block_size:,} "
+            f"tokens to predict), fewer than eval_tokens={cfg.eval_tokens:,} asks for: all of them are used")
     vocab_size = math.ceil(meta["vocab_size"] / 64) * 64  # GPT-2's 50257 -> 50304: faster matmuls
 
     # model
@@ -406,6 +457,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         if changed:
             say(f"resume: settings that differ from the checkpoint's run: {', '.join(changed)}")
         model_args.update({k: ckpt["model_args"][k] for k in ARCH_KEYS})
+        cfg = replace(cfg, **{k: ckpt["model_args"][k] for k in ARCH_KEYS})  # the log records what runs
         if ckpt["model_args"]["vocab_size"] != vocab_size:
             raise SystemExit(f"the checkpoint's vocab is {ckpt['model_args']['vocab_size']}, the dataset's "
                              f"{vocab_size} ({meta['tokenizer']} tokenizer): resume on the data it was trained on")
@@ -452,22 +504,28 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         say(f"MFU: n/a (unknown peak for {device_name})")
 
     log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
+    # A run's id is in its checkpoint and in its log's start rows, so a resume finds its own log: a new run
+    # stopped before its first save leaves its log beside an earlier run's checkpoint.
+    run_id = ckpt_run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
     if master:  # one log per run; a resumed run continues its log, a new one keeps an earlier run's under another name
         if cfg.init_from == "scratch" and os.path.exists(log_path):
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(log_path)))
-            kept = os.path.join(cfg.out_dir, f"metrics.{stamp}.jsonl")
-            os.replace(log_path, kept)
-            say(f"out_dir: an earlier run's log moved to {kept}")
+            say(f"out_dir: an earlier run's log moved to {set_aside(log_path)}")
         if cfg.init_from == "scratch" and os.path.exists(ckpt_path):
             say(f"out_dir: {ckpt_path} is an earlier run's; this run replaces it at its first save "
                 "(--init_from=resume continues it instead)")
+        if ckpt_run_id and log_run_id(log_path) not in (None, ckpt_run_id):
+            say(f"out_dir: {log_path} is another run's, which saved no checkpoint: moved to {set_aside(log_path)}")
+            own = [p for p in glob.glob(os.path.join(glob.escape(cfg.out_dir), "metrics.*.jsonl")) if log_run_id(p) == ckpt_run_id]
+            if own:
+                os.replace(own[0], log_path)
+                say(f"out_dir: the checkpoint's own log, {own[0]}, continues as {log_path}")
 
     def log(**row):  # appended and closed line by line: a run that stops anywhere leaves a whole log
         if master:
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
-    log(event="start", attention=attention, device=device_name, world=world, torch=torch.__version__,
+    log(event="start", run=run_id, attention=attention, device=device_name, world=world, torch=torch.__version__,
         params=raw_model.get_num_params(), config=asdict(cfg))
     if iter_num >= cfg.max_iters:
         say(f"checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to do (raise max_iters)")
@@ -506,7 +564,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                     save_checkpoint(ckpt_path, {
                         "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                         "model_args": model_args, "config": asdict(cfg), "iter_num": iter_num,
-                        "best_val_loss": best_val_loss, "rng": rngs, "meta": meta})
+                        "best_val_loss": best_val_loss, "rng": rngs, "meta": meta, "run_id": run_id})
                     note = f" | saved {ckpt_path}"
                 good_ckpt = True
             say(f"iter {iter_num} | val loss {metrics['val_loss']:.4f} (best {best_val_loss:.4f}){note}")

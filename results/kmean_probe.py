@@ -137,7 +137,7 @@ def main():
         data_dir = dataset_dir(ckpt["config"]["dataset"])
         T = args["block_size"]
         n = max(a.batch, 16 * a.model_batches)
-        windows = val_windows(data_dir, T, n * T, n, load_meta(data_dir)["vocab_size"])[:n]
+        windows = val_windows(data_dir, T, n * T, load_meta(data_dir)["vocab_size"])[:n]
         rows = [layer_figures(*t) for t in capture(model, windows[:a.batch], device)]
         whole = model_figures(model, windows[:16 * a.model_batches], device, 16) if a.model_batches else {}
         record[f"{path} iter {ckpt['iter_num']}"] = {"layers": rows, "model": whole}

@@ -84,7 +84,7 @@ def main():
         raise SystemExit(f"{data_dir} holds {meta.get('tokenizer')} tokens; this probe measures GPT-2 tokens: "
                          "python data/builtin/prepare.py --max_mb=128")
     T, n = 1024, a.batches * a.batch_size
-    windows = val_windows(data_dir, T, 2 * n * T, a.batch_size, meta["vocab_size"])
+    windows = val_windows(data_dir, T, 2 * n * T, meta["vocab_size"])
     if len(windows) < 2 * n:
         raise SystemExit(f"{data_dir}: {len(windows)} val windows, {2 * n} needed (lower --batches or --batch_size)")
     windows = windows.to(device)

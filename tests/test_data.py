@@ -386,7 +386,7 @@ def test_trainer_refuses_an_empty_val_split(tmp_path):
     out = str(tmp_path / "d")
     _empty_val_dataset(out)
     with pytest.raises(ValueError, match=r"the val split of .* has 0 tokens, fewer than block_size \+ 1"):
-        train.val_windows(out, block_size=8, eval_tokens=64, multiple=1)
+        train.val_windows(out, block_size=8, eval_tokens=64)
 
 
 def test_trainer_refuses_shards_of_two_preparations_in_one_folder(tmp_path):

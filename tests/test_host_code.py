@@ -212,6 +212,9 @@ class _Ctx:
     def save_for_backward(self, *tensors):
         self.saved = tensors
 
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable = tensors
+
 
 def test_custom_op_keeps_the_output_only_for_the_stale_delta():
     """As the eager path (test_matched_backward_does_not_keep_the_output): the compiled op saves O for the
@@ -237,3 +240,35 @@ def test_custom_op_refuses_double_backward():
         torch.autograd.grad(o, qg, do, create_graph=True)
     (dq,) = torch.autograd.grad(o, qg, do)      # a plain backward goes through
     assert torch.isfinite(dq).all()
+
+
+def test_custom_op_lse_takes_no_gradient():
+    """The op also returns LSE (base 2), which its backward gives no gradient through. It was differentiable
+    all the same, so a loss on it got zero gradients, silently; now it is marked as taking none."""
+    q, k, v, _ = make_inputs(1, 1, 1, 16, D, seed=98)
+    qg = q.detach().clone().requires_grad_()
+    o, lse = torch.ops.fp8_attention.fwd(qg, k, v, True, SCALE, "matched")
+    assert o.requires_grad and not lse.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        lse.sum().backward()
+
+
+def test_inputs_that_are_not_dense_are_refused():
+    """Nested (jagged) and sparse tensors, which SDPA takes in part, failed deep inside the checks with an
+    AttributeError or NotImplementedError; now they are refused by name."""
+    nested = torch.nested.nested_tensor([torch.randn(n, 2, D, dtype=torch.bfloat16) for n in (20, 30)],
+                                        layout=torch.jagged).transpose(1, 2)
+    with pytest.raises(ValueError, match="q must be a dense \\(strided\\) tensor, got a nested one"):
+        A.attention(nested, nested, nested)
+    dense = torch.randn(1, 1, 16, D, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(ValueError, match="k must be a dense \\(strided\\) tensor, got a sparse_coo one"):
+        A.attention(dense, dense.to_sparse(), dense)
+
+
+def test_sm_scale_must_fit_fp32():
+    """The kernels take sm_scale * log2(e) in fp32: 1e39 passed the finite check in float64, became inf in the
+    kernels and made every output NaN."""
+    q = torch.randn(1, 1, 16, D, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(ValueError, match="too large for the kernels' fp32 arithmetic"):
+        A.attention(q, q, q, sm_scale=1e39)
+    assert A._causal_and_scale(q, True, 1e30) == (True, 1e30)

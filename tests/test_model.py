@@ -218,12 +218,39 @@ def test_fp8_refused_at_other_head_dims(monkeypatch):
     """The kernel takes head dims 64 and 128: elsewhere fp8 is unavailable, with the reason ('auto' then
     falls back to sdpa on a GPU and prints it), and an explicit fp8 path is refused. The CPU interpreter
     stands in for a GPU with FP8 here."""
+    import attention_fp8
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(attention_fp8, "INTERPRETED", True)
     assert M.fp8_unavailable("cpu", 128) is None and M.fp8_unavailable("cpu", 64) is None
     assert M.fp8_unavailable("cpu", 96) == "head dim 96 (n_embd / n_head): the fp8 kernel takes 64 or 128"
     assert M.resolve_attention("fp8", "cpu", 64) == ("fp8", None)
     with pytest.raises(RuntimeError, match="attention=fp8_stale cannot run here: head dim 32"):
         M.resolve_attention("fp8_stale", "cpu", 32)
+
+
+def test_fp8_on_cpu_asks_the_kernels_not_the_environment(monkeypatch):
+    """TRITON_INTERPRET=1 counts only where it was set when attention_fp8 was imported, which is when its
+    kernels are built: set later, fp8 on a CPU was accepted, and the model's first forward failed."""
+    import attention_fp8
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(attention_fp8, "INTERPRETED", False)
+    assert "imported without TRITON_INTERPRET=1" in M.fp8_unavailable("cpu")
+    with pytest.raises(RuntimeError, match="attention=fp8 cannot run here: no CUDA GPU"):
+        M.resolve_attention("fp8", "cpu")
+
+
+def test_auto_never_picks_the_interpreter_on_a_gpu(monkeypatch):
+    """TRITON_INTERPRET=1 left set on a GPU machine: 'auto' must not choose kernels that run in the
+    interpreter, thousands of times slower than SDPA. (A GPU with FP8 is simulated, so this runs on a CPU.)"""
+    import attention_fp8
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    monkeypatch.setattr(attention_fp8, "INTERPRETED", False)
+    assert M.resolve_attention("auto", "cuda", 64) == ("fp8", None)
+    monkeypatch.setattr(attention_fp8, "INTERPRETED", True)
+    assert M.resolve_attention("auto", "cuda", 64) == ("sdpa", "its kernels were built for Triton's interpreter "
+                                                               "(TRITON_INTERPRET=1)")
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -152,6 +152,8 @@ def test_arch_keys_are_every_model_setting_a_checkpoint_fixes():
     (["--beta2=1.5"], "config error: beta2=1.5: must be in [0, 1)"),
     (["--learning_rate=-1e-3"], "config error: learning_rate=-0.001: must be a finite number >= 0"),
     (["--min_lr=inf"], "config error: min_lr=inf: must be a finite number >= 0"),
+    (["--learning_rate=1e-3", "--min_lr=1e-2"], "config error: min_lr=0.01 is above learning_rate=0.001"),
+    (["--warmup_iters=10", "--lr_decay_iters=5"], "config error: lr_decay_iters=5 ends before warmup_iters=10"),
 ])
 def test_model_shape_errors_are_config_errors(argv, words):
     with pytest.raises(SystemExit, match=re.escape(words)):
@@ -333,7 +335,7 @@ def test_tokens_past_the_vocab_are_named_with_their_shard(tmp_path):
             data.batch(i, 0, 4, torch.device("cpu"))
     assert train.TrainData(d, block_size=8, seed=1337, vocab_size=900).batch(0, 0, 4, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"coded_val_000000\.bin holds token 30064, past the dataset's vocab of 30000"):
-        train.val_windows(d, 8, 64, 1, vocab_size=30000)
+        train.val_windows(d, 8, 64, vocab_size=30000)
 
 
 def test_resume_continues_the_loss_curve_exactly(data_dir, tmp_path):
@@ -359,7 +361,9 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path, accum):
     rank * world + micro numbers them the same way; accum=6 (3 each) tells the two apart: the wrong one
     repeats micro-batch 2 and leaves out 5."""
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    a = args(data_dir, one, "--max_iters=3", f"--gradient_accumulation_steps={accum}", "--eval_interval=3")
+    # 39 val windows: trimmed to a multiple of batch_size * world once, 36 in one process and 32 in two
+    a = args(data_dir, one, "--max_iters=3", f"--gradient_accumulation_steps={accum}", "--eval_interval=3",
+             "--eval_tokens=1248")
     train.main(a)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -428,13 +432,12 @@ def test_val_windows_are_the_start_of_the_val_split(data_dir, tmp_path):
     from data.common import read_shard, shard_paths
     d = coded_shards(tmp_path / "d", train=(500,), val=(50, 100))
     tokens = np.concatenate([30000 + np.arange(50), 31000 + np.arange(100)])  # the val split, in order
-    windows = train.val_windows(d, 8, 64, 1)
+    windows = train.val_windows(d, 8, 64)
     want = torch.from_numpy(tokens[np.arange(8)[:, None] * 8 + np.arange(9)].astype(np.int64))
     assert torch.equal(windows, want), windows
-    assert torch.equal(train.val_windows(d, 8, 64, 3), want[:6]), "8 windows trimmed to a multiple of 3: the first 6"
-    assert train.val_windows(d, 8, 10_000, 1).shape == (149 // 8, 9), "a val split shorter than eval_tokens: all of it"
+    assert train.val_windows(d, 8, 10_000).shape == (149 // 8, 9), "a val split shorter than eval_tokens: all of it"
     val = read_shard(shard_paths(data_dir, "val")[0])
-    first = train.val_windows(data_dir, 32, 1024, 1)[0]
+    first = train.val_windows(data_dir, 32, 1024)[0]
     assert first.tolist() == val[:33].tolist(), "the first val window must be the val split's first 33 tokens"
 
 
@@ -451,21 +454,29 @@ def test_learning_rate_schedule():
 
 
 def test_evaluate_is_the_mean_loss_per_token():
-    """evaluate() averages over every token of every val window, whatever the batch split (5 windows
-    in batches of 2: the last batch is smaller), in eval mode (dropout 0.5 here: in training mode the
-    loss would differ), and leaves the model in training mode."""
+    """evaluate() averages over every token of every val window, whatever the batch size (5 windows in
+    batches of 1, 2, 3, 5 and 7: the last batch is filled up with ignored windows, so the model sees one
+    batch shape), in eval mode (dropout 0.5 here: in training mode the loss would differ), and leaves the
+    model in training mode. The val set was once trimmed to a multiple of batch_size * world size, so
+    runs that differed in either evaluated other windows."""
     from contextlib import nullcontext
     from model import GPTConfig
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_kv_head=2, n_embd=32, dropout=0.5))
     windows = torch.randint(0, 64, (5, 17))
-    got = train.evaluate(model, windows, 2, 0, 1, torch.device("cpu"), nullcontext())["val_loss"]
-    assert model.training, "evaluate() must hand the model back in training mode"
     model.eval()
     with torch.no_grad():
         logits, _ = model(windows[:, :-1], windows[:, 1:])
         want = torch.nn.functional.cross_entropy(logits.reshape(-1, 64).double(), windows[:, 1:].reshape(-1)).item()
-    assert got == pytest.approx(want, rel=1e-5), f"val loss {got}, the mean over all tokens is {want}"
+    model.train()
+    shapes = []
+    model.register_forward_pre_hook(lambda module, inputs: shapes.append(tuple(inputs[0].shape)))
+    for batch_size in (1, 2, 3, 5, 7):
+        shapes.clear()
+        got = train.evaluate(model, windows, batch_size, 0, 1, torch.device("cpu"), nullcontext())["val_loss"]
+        assert model.training, "evaluate() must hand the model back in training mode"
+        assert got == pytest.approx(want, rel=1e-5), f"batch_size={batch_size}: val loss {got}, the mean over all tokens is {want}"
+        assert set(shapes) == {(batch_size, 16)}, f"batch_size={batch_size}: the model saw batches of {shapes}"
 
 
 def test_grad_norm_is_that_of_the_mean_loss_over_the_step(data_dir, tmp_path, monkeypatch):
@@ -578,6 +589,51 @@ def test_new_run_in_a_used_out_dir_keeps_the_old_log_and_names_only_its_own_chec
         train.main(args(data_dir, out, "--max_iters=4"))
     kept = list(out.glob("metrics.*.jsonl"))
     assert len(kept) == 1 and '"iter": 2' in kept[0].read_text(), "the earlier run's log must be kept"
+    # The checkpoint is still the earlier run's, and so is the log a resume continues: its own, moved back,
+    # not the log of the run that saved nothing (which once took the resumed run's rows).
+    monkeypatch.undo()
+    train.main(args(data_dir, out, "--max_iters=3", "--init_from=resume"))
+    run_id = torch.load(out / "ckpt.pt", weights_only=False)["run_id"]
+    rows = log_rows(out)
+    assert [r["run"] for r in rows if r.get("event") == "start"] == [run_id, run_id], rows
+    assert sorted(r["iter"] for r in rows if "loss" in r) == [0, 1, 2], rows
+    kept = list(out.glob("metrics.*.jsonl"))
+    assert len(kept) == 1 and train.log_run_id(kept[0]) not in (None, run_id), "the failed run's log, kept aside"
+
+
+def test_sigterm_stops_the_run_like_ctrl_c(data_dir, tmp_path):
+    """SIGTERM (torchrun, SLURM, docker stop) once killed the trainer on the spot; a checkpoint being written
+    then left its temporary file behind for good. Now it exits with 143 through the finally blocks: whenever it
+    lands, no temporary file stays and ckpt.pt is whole. (A save every step makes a save a likely place.)"""
+    out = tmp_path / "term"
+    cmd = [sys.executable, "-c", "import sys, train; train.main(sys.argv[1:])",
+           *args(data_dir, out, "--max_iters=100000", "--eval_interval=1", "--eval_tokens=32")]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        printed = []
+        for line in p.stdout:
+            printed.append(line)
+            if "saved" in line and "iter 3 " in line:
+                break
+        p.terminate()   # SIGTERM
+        printed.append(p.communicate(timeout=120)[0])
+    finally:
+        p.kill()
+    assert p.returncode == 143, "".join(printed)[-3000:]
+    assert not [f for f in os.listdir(out) if ".tmp" in f], os.listdir(out)
+    assert torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] >= 3
+
+
+def test_set_aside_never_overwrites(tmp_path):
+    """Logs moved aside are named by their last-modified second; two in the same second both stay."""
+    path = tmp_path / "metrics.jsonl"
+    kept = []
+    for text in ("first", "second", "third"):
+        path.write_text(text)
+        os.utime(path, (1_700_000_000, 1_700_000_000))
+        kept.append(train.set_aside(str(path)))
+    assert [open(k).read() for k in kept] == ["first", "second", "third"] and not path.exists(), kept
 
 
 def test_resume_takes_the_checkpoints_head_dim_and_this_runs_optimizer_settings(data_dir, tmp_path, monkeypatch):
@@ -614,6 +670,10 @@ def test_resume_takes_the_checkpoints_rope_base(data_dir, tmp_path, monkeypatch,
     train.main(args(data_dir, out, "--max_iters=3", "--init_from=resume", "--rope_base=20000"))
     assert "resume: architecture from the checkpoint: rope_base=500.0" in capsys.readouterr().out
     assert [c.rope_base for c in built] == [500], [c.rope_base for c in built]
+    # and the log and the next checkpoint record the architecture that ran, not the command line's
+    start = [r for r in log_rows(out) if r.get("event") == "start"][-1]
+    assert start["config"]["rope_base"] == 500, start["config"]
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=False)["config"]["rope_base"] == 500
 
 
 def test_every_param_group_gets_the_scheduled_lr(data_dir, tmp_path, monkeypatch):
@@ -674,7 +734,7 @@ def test_a_failed_checkpoint_save_keeps_the_previous_checkpoint(data_dir, tmp_pa
 
 
 def test_eval_tokens_below_block_size_takes_one_window(data_dir):
-    assert train.val_windows(data_dir, 32, 16, 1).shape == (1, 33)
+    assert train.val_windows(data_dir, 32, 16).shape == (1, 33)
 
 
 def test_context_extension_resume(data_dir, tmp_path):
