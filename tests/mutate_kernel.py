@@ -158,8 +158,9 @@ def run(name, bug, timeout, tests, env=None):
 
 def run_all(bugs, tests, args, env=None):
     """The baseline, then every bug of `bugs` ({name: (file, text, becomes, what)}) whose name contains
-    args.k, args.j at a time, printed as they finish (a run cut short keeps what it has)."""
-    names = [n for n in bugs if args.k in n]
+    args.k (or any of its comma-separated parts), args.j at a time, printed as they finish (a run cut short
+    keeps what it has)."""
+    names = [n for n in bugs if any(part in n for part in args.k.split(","))]
     # The copy without a bug must pass: else every bug would look caught.
     _, verdict, detail = run(None, None, args.timeout, tests, env)
     if verdict != "NOT CAUGHT":
@@ -173,7 +174,7 @@ def run_all(bugs, tests, args, env=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-k", default="", help="only the bugs whose names contain this")
+    p.add_argument("-k", default="", help="only the bugs whose names contain this (a,b: either)")
     p.add_argument("-j", type=int, default=2, help="bugs tested at once")
     p.add_argument("--timeout", type=int, default=1200, help="seconds per bug")
     p.add_argument("--gluon", action="store_true", help="the Gluon kernels' bugs (a Hopper GPU)")

@@ -5,7 +5,7 @@ are the kind a fork picks up: a loss not averaged over micro-batches, a setting 
 model, a resume that is not exact, DDP ranks that read the same windows, a mask or scale off, a shard
 read from the wrong offset. The kernel's are in tests/mutate_kernel.py, whose runner this uses.
 
-    python tests/mutate_trainer.py             # every bug, two at a time (~35 minutes on 2 CPU cores)
+    python tests/mutate_trainer.py             # every bug, two at a time (~40 minutes on 2 CPU cores)
     python tests/mutate_trainer.py -k ddp      # the bugs whose names contain ddp
 
 Left out because they change nothing the trainer computes: gradients all-reduced after every
@@ -118,6 +118,34 @@ BUGS = {
         'best_val_loss = min(best_val_loss, metrics["val_loss"])',
         'best_val_loss = metrics["val_loss"]',
         'best_val_loss is the latest, not the best'),
+    'val_pad_targets_counted': ('train.py',
+        'y = torch.cat([y, y.new_full((fill, y.size(1)), -1)])',
+        'y = torch.cat([y, y.new_zeros(fill, y.size(1))])',
+        "evaluate(): the windows that fill up the last batch count in the val loss"),
+    'val_partial_batch_dropped': ('train.py',
+        '    for i in range(0, len(mine), batch_size):',
+        '    for i in range(0, len(mine) // batch_size * batch_size, batch_size):',
+        "evaluate(): a rank's last, partial batch left out (the val set depends on batch size and world size)"),
+    'resume_log_not_paired': ('train.py',
+        '        if ckpt_run_id and log_run_id(log_path) not in (None, ckpt_run_id):',
+        '        if False:',
+        "resume: appends to the log of a run that saved no checkpoint, not the checkpoint's own"),
+    'log_set_aside_overwrites': ('train.py',
+        '    while os.path.exists(kept):',
+        '    while False:',
+        'a log set aside in the same second as another overwrites it'),
+    'resume_logs_command_arch': ('train.py',
+        '        cfg = replace(cfg, **{k: ckpt["model_args"][k] for k in ARCH_KEYS})',
+        '        pass',
+        "resume: the log and checkpoint record the command line's architecture, not the one that runs"),
+    'sigterm_kills_mid_save': ('train.py',
+        '        signal.signal(signal.SIGTERM, _exit_on_sigterm)',
+        '        pass',
+        'SIGTERM kills the run on the spot, leaving a half-written temporary checkpoint'),
+    'min_lr_above_lr_accepted': ('train.py',
+        '    if cfg.min_lr > cfg.learning_rate:',
+        '    if False:',
+        'min_lr above learning_rate accepted: the cosine climbs'),
     # model.py
     'sdpa_not_causal': ('model.py',
         'is_causal=True, enable_gqa',
@@ -243,7 +271,7 @@ BUGS = {
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-k", default="", help="only the bugs whose names contain this")
+    p.add_argument("-k", default="", help="only the bugs whose names contain this (a,b: either)")
     p.add_argument("-j", type=int, default=2, help="bugs tested at once")
     p.add_argument("--timeout", type=int, default=900, help="seconds per bug")
     run_all(BUGS, ["tests"], p.parse_args())
