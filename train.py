@@ -515,7 +515,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                 "(--init_from=resume continues it instead)")
         if ckpt_run_id and log_run_id(log_path) not in (None, ckpt_run_id):
             say(f"out_dir: {log_path} is another run's, which saved no checkpoint: moved to {set_aside(log_path)}")
-            own = [p for p in glob.glob(os.path.join(glob.escape(cfg.out_dir), "metrics.*.jsonl")) if log_run_id(p) == ckpt_run_id]
+            set_aside_logs = glob.glob(os.path.join(glob.escape(cfg.out_dir), "metrics.*.jsonl"))
+            own = [p for p in set_aside_logs if log_run_id(p) == ckpt_run_id]
             if own:
                 os.replace(own[0], log_path)
                 say(f"out_dir: the checkpoint's own log, {own[0]}, continues as {log_path}")
