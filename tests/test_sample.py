@@ -18,6 +18,7 @@ import train
 from data.common import get_tokenizer
 from model import GPT, GPTConfig
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEP = "---------------"
 START = "ab"
 
@@ -166,6 +167,24 @@ def test_says_which_attention_path_runs_on_stderr(ckpt_dir, tmp_path, capsys):
     torch.save(ckpt, tmp_path / "fp8" / "ckpt.pt")
     sample.main([f"--out_dir={tmp_path / 'fp8'}", *opts, "--attention=sdpa"])
     assert capsys.readouterr().err.endswith("| fp32 | cpu (the checkpoint trained with fp8)\n")
+
+
+def test_reader_that_stops_early_gets_no_traceback(ckpt_dir):
+    """python sample.py | head: the pipe closes while samples are still printed. That ended in a
+    BrokenPipeError traceback; now it stops quietly with status 1, as Python's docs advise."""
+    import subprocess
+    cmd = [sys.executable, os.path.join(ROOT, "sample.py"), f"--out_dir={ckpt_dir}", "--device=cpu",
+           "--dtype=float32", "--num_samples=100000", "--max_new_tokens=2"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdout.readline()
+        p.stdout.close()            # as head does after its lines
+        err = p.stderr.read().decode()
+        p.wait(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 1 and "Traceback" not in err, (p.returncode, err[-2000:])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where PyTorch sees no GPU")
