@@ -133,6 +133,12 @@ def reference_gradient(model, batches, device):
         return step_gradient(model, batches, "sdpa", "fp32", device)
 
 
+def batch_sets(windows, n, batch_size):
+    """Two sets of n windows each, the first n and the next n, as (inputs, targets) batches: the step's
+    batches, and the 'other batches' whose gradient gives the noise scale. They share no window."""
+    return [[(w[:, :-1], w[:, 1:]) for w in windows[s * n:(s + 1) * n].split(batch_size)] for s in (0, 1)]
+
+
 def measure(model, batches, other_batches, arms, device):
     """{column: {group: relative error}} for the arms and the 'other batches' column."""
     groups = param_groups(model)
@@ -220,9 +226,8 @@ def main(argv=None):
         raise SystemExit(f"the val split of {data_dir} has {len(windows)} windows of {T + 1} tokens; two sets of "
                          f"batches x batch_size = {n} need {2 * n} (lower --batches or --batch_size)")
     windows = windows.to(device)
-    sets = [[(w[:, :-1], w[:, 1:]) for w in windows[s * n:(s + 1) * n].split(cfg.batch_size)] for s in (0, 1)]
-
-    table = measure(model, sets[0], sets[1], arms, device)
+    batches, other_batches = batch_sets(windows, n, cfg.batch_size)
+    table = measure(model, batches, other_batches, arms, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{path} at {weights}: {model.get_num_params() / 1e6:.1f}M parameters, {arch.n_layer} layers, "
           f"head dim {arch.n_embd // arch.n_head}; {cfg.batches} x {cfg.batch_size} x {T} validation tokens; {where}")

@@ -168,3 +168,13 @@ def test_a_preset_override_keeps_each_arms_folder_and_seed(monkeypatch):
     assert [c.out_dir for c in cfgs] == [os.path.join(ablation.OUT, "sdpa"), os.path.join(ablation.OUT, "sdpa_seed2")]
     assert [c.seed for c in cfgs] == [ablation.ARMS["sdpa"][1], ablation.ARMS["sdpa_seed2"][1]]
     assert all(c.max_iters == 7 and c.attention == "sdpa" for c in cfgs)
+
+
+def test_each_arm_trains_the_path_its_name_says():
+    """An arm's name is its attention path, then _seedN for another seed: "fp8_stale_seed2" must train
+    fp8_stale (given fp8 it would put the matched arm in the stale arm's seed-to-seed spread), and no two
+    arms may share a path and a seed."""
+    for name, (path, seed) in ablation.ARMS.items():
+        assert path == name.split("_seed")[0], f"arm {name} trains {path}"
+        assert ("_seed" in name) == (seed != 1337), f"arm {name} has seed {seed}"
+    assert len(set(ablation.ARMS.values())) == len(ablation.ARMS)

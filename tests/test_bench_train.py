@@ -44,6 +44,21 @@ def test_bench_tokens_per_second_and_mfu(clocked):
     assert mem != mem   # nan: no peak memory off CUDA
 
 
+def test_model_settings_reach_the_model(clocked, monkeypatch):
+    """--n_kv_head and --qk_norm must build the model they name (the README's GQA and QK-norm rows)."""
+    built = []
+
+    class RecordedGPT(bench_train.GPT):
+        def __init__(self, config):
+            built.append(config)
+            super().__init__(config)
+    monkeypatch.setattr(bench_train, "GPT", RecordedGPT)
+    cfg = bench_train.BenchConfig(n_layer=1, n_head=4, n_kv_head=2, qk_norm=True, n_embd=256, vocab_size=256,
+                                  tokens_per_step=32, warmup=1, steps=1, compile=False, device="cpu")
+    bench_train.bench(cfg, "sdpa", 32, torch.device("cpu"))
+    assert [(c.n_head, c.n_kv_head, c.qk_norm, c.n_layer, c.n_embd) for c in built] == [(4, 2, True, 1, 256)], built
+
+
 def test_main_table_ratios(monkeypatch, capsys):
     """The table: per block size, each path's tokens/s over the first path's at that block size; MFU in
     percent; n/a where the peak FLOP/s or the peak memory is unknown."""

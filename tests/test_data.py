@@ -400,6 +400,10 @@ def test_trainer_refuses_shards_of_two_preparations_in_one_folder(tmp_path):
     text.write_text("abcdefghij" * 200)
     prepare(str(text), str(out), tokenizer="bytes")
     common.check_counts(str(out), load_meta(str(out)))  # one preparation: the counts agree
+    write_shard(str(out / "builtin_val_000000.bin"), np.arange(300, dtype=np.uint16))   # the val split alone
+    with pytest.raises(ValueError, match=r"meta.json counts 201 val tokens but the val shards hold 501 "
+                                         r"\(builtin_val_\*.bin: 300, mixed_val_\*.bin: 201\)"):
+        common.check_counts(str(out), load_meta(str(out)))
     write_shard(str(out / "builtin_train_000000.bin"), np.arange(500, dtype=np.uint16))
     with pytest.raises(SystemExit, match=r"meta.json counts 1,801 train tokens but the train shards hold 2,301 "
                                          r"\(builtin_train_\*.bin: 500, mixed_train_\*.bin: 1,801\)"):

@@ -44,6 +44,18 @@ def test_groups_cover_every_parameter_row_once():
     assert "lm_head.weight" not in groups  # tied to wte: one parameter, both gradients in it
 
 
+def test_the_two_batch_sets_are_disjoint_and_whole():
+    """The 'other batches' column is the noise scale: the gradient of n other windows. Sets that shared
+    windows (windows[s:s + n] instead of windows[s * n:(s + 1) * n]) would understate it."""
+    windows = torch.arange(10)[:, None] * 100 + torch.arange(5)        # 10 windows of T + 1 = 5 tokens
+    batches, other = grad_fidelity.batch_sets(windows, 4, 2)
+    assert [len(x) for x, _ in batches] == [2, 2] and [len(x) for x, _ in other] == [2, 2]
+    firsts = [x[:, 0].tolist() for x, _ in batches], [x[:, 0].tolist() for x, _ in other]
+    assert firsts == ([[0, 100], [200, 300]], [[400, 500], [600, 700]]), firsts
+    for x, y in batches + other:
+        assert torch.equal(x[:, 1:], y[:, :-1]), "targets are the inputs shifted by one"
+
+
 def test_relative_error_is_that_of_the_rows_changed():
     gpt = tiny_gpt()
     groups = grad_fidelity.param_groups(gpt)

@@ -64,6 +64,8 @@ def test_check_inputs_refuses_what_the_kernels_cannot_take():
     refused(ValueError, "batch, seq_len and head_dim", q, q[:1], q[:1])           # batch alone differs
     refused(TypeError, "share one dtype", q, q, q.half())                         # v's dtype alone differs
     refused(ValueError, "multiple of", q, q[:, :0], q[:, :0])                     # no kv heads: not H % 0
+    q3 = torch.randn(2, 3, 16, 64, dtype=torch.bfloat16, device=DEVICE)
+    refused(ValueError, "q's 3 heads must be a multiple of k/v's 2 heads", q3, q, q)  # named the right way round
     refused(ValueError, "empty input", q[:0], q[:0], q[:0])                       # no batch
     refused(ValueError, "empty input", q[:, :0], q[:, :1], q[:, :1])              # no query heads (0 % 1 == 0)
     refused(ValueError, "one device", q, q.to("meta"), q.to("meta"))               # k, v elsewhere than q

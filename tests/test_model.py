@@ -283,12 +283,17 @@ def test_forward_backward_each_attention_path(attention):
 
 
 @needs_fp8
-def test_fp8_stale_has_the_same_forward():
+def test_fp8_stale_has_the_same_forward(monkeypatch):
     """The two fp8 arms differ only in the backward's delta: their losses are bit-identical, their
-    gradients are not (a model that ran the matched backward for fp8_stale would void the ablation)."""
+    gradients are not (a model that ran the matched backward for fp8_stale would void the ablation),
+    and each arm asks the kernel for its own delta (swapped, the two would still differ)."""
+    import attention_fp8 as A
+    asked, attention = [], A.attention
+    monkeypatch.setattr(A, "attention", lambda *a, **kw: asked.append(kw["delta"]) or attention(*a, **kw))
     (loss, grad), (loss_stale, grad_stale) = _step("fp8", DEVICE), _step("fp8_stale", DEVICE)
     assert torch.equal(loss, loss_stale)
     assert not torch.equal(grad, grad_stale), "fp8_stale gave the matched arm's gradients"
+    assert asked == ["matched", "stale"], f"the fp8 and fp8_stale models asked for delta={asked}"
 
 
 def test_compile_fullgraph_matches_eager():
