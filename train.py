@@ -4,7 +4,8 @@ Train a GPT with BF16 SDPA or FP8 Delta-Matching attention, on one device or man
     python train.py                                    # smoke test on the built-in corpus (GPU, or CPU)
     python train.py config/shakespeare.py --max_iters=2000
     torchrun --standalone --nproc_per_node=4 train.py config/ablation.py --attention=fp8_stale
-    python train.py config/ablation.py --init_from=resume --block_size=4096 --learning_rate=1e-4 --max_iters=6000
+    python train.py config/ablation.py --out_dir=out-ablation/fp8 --init_from=resume --block_size=4096 \
+        --batch_size=4 --learning_rate=1e-4 --min_lr=1e-5 --max_iters=2500   # context extension (README)
 
 Without a preset on a machine with no GPU, config/cpu_tiny.py is applied first. Settings are the fields of
 TrainConfig; presets and --key=value overrides are checked against their types (configurator.py).
@@ -497,6 +498,10 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         + f" | block_size={cfg.block_size} | compile={cfg.compile}")
     say(f"data: {data_dir} ({meta['tokenizer']} tokens, {meta['train_tokens']:,} train); {tokens_per_iter:,} "
         f"tokens per step = {world} x {accum} x {cfg.batch_size} x {cfg.block_size}")
+    passes = (cfg.max_iters - iter_num) * tokens_per_iter / meta["train_tokens"]
+    if passes > 1:  # e.g. FineWeb prepared with its default 8 shards for config/fineweb.py's 10B tokens
+        say(f"data: {cfg.max_iters - iter_num:,} steps read {passes:.1f}x the train split's tokens (a dataset "
+            "prepared larger repeats less)")
     if meta.get("fallback_for"):  # data preparation fell back to bytes; nothing else would tell the user again
         say(f"data: byte-level tokens, since the {meta['fallback_for']} tokenizer could not be loaded when this data "
             f"was prepared; once it can (README, Troubleshooting), re-run: {prepare_command(data_dir)}")
@@ -620,4 +625,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # the reader stopped early (python train.py --help | head): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and none at exit
+        sys.exit(1)  # Python's own status for a broken pipe

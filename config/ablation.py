@@ -1,8 +1,9 @@
 # The FP8 attention ablation: GPT-2 small (124M) at block_size 1024, no QK-norm (the setting where the
-# paper reports the stale-delta gap), RoPE. Run one arm per attention path, same seed and data:
-#   python train.py config/ablation.py --attention=sdpa      --out_dir=out-ablation-sdpa
-#   python train.py config/ablation.py --attention=fp8       --out_dir=out-ablation-fp8
-#   python train.py config/ablation.py --attention=fp8_stale --out_dir=out-ablation-fp8_stale
+# paper reports the stale-delta gap), RoPE. Run one arm per attention path, same seed and data, as
+# `python ablation.py run` does (into out-ablation/<arm>/, which `python ablation.py plot` reads):
+#   python train.py config/ablation.py --attention=sdpa      --out_dir=out-ablation/sdpa
+#   python train.py config/ablation.py --attention=fp8       --out_dir=out-ablation/fp8
+#   python train.py config/ablation.py --attention=fp8_stale --out_dir=out-ablation/fp8_stale
 # 65k tokens per step x 2000 steps = 131M tokens. --n_head=6 gives head dim 128 instead of 64.
 out_dir = "out-ablation"
 dataset = "builtin"

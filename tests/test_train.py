@@ -625,6 +625,19 @@ def test_sigterm_stops_the_run_like_ctrl_c(data_dir, tmp_path):
     assert torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] >= 3
 
 
+def test_a_run_longer_than_its_data_says_so(tmp_path, capsys):
+    """FineWeb prepared with its default 8 shards holds 800M tokens, and config/fineweb.py reads 10B: the
+    run repeated the data 12.5 times without a word. 10 steps of 256 tokens over 1,801 train tokens: 1.4x."""
+    from data.text.prepare import prepare
+    text = tmp_path / "one.txt"
+    text.write_text("abcdefghij" * 200)
+    prepare(str(text), str(tmp_path / "small"), tokenizer="bytes")
+    train.main(args(str(tmp_path / "small"), tmp_path / "o", "--max_iters=10", "--eval_tokens=64"))
+    assert "data: 10 steps read 1.4x the train split's tokens" in capsys.readouterr().out
+    train.main(args(str(tmp_path / "small"), tmp_path / "o2", "--max_iters=7", "--eval_tokens=64"))
+    assert "train split's tokens" not in capsys.readouterr().out, "1,792 tokens of 1,801: less than one pass"
+
+
 def test_set_aside_never_overwrites(tmp_path):
     """Logs moved aside are named by their last-modified second; two in the same second both stay."""
     path = tmp_path / "metrics.jsonl"
