@@ -283,6 +283,18 @@ def test_fineweb_download_cut_short_leaves_no_shard(tmp_path, monkeypatch):
     assert os.listdir(out) == [], "a cut download must not be renamed to the shard's name"
 
 
+def test_fineweb_asks_for_no_more_shards_than_exist_and_records_edu(tmp_path, monkeypatch):
+    """--train_shards past what the dataset has (103 for FineWeb, 99 for FineWeb-Edu) fetches what there is,
+    not names that do not exist; and FineWeb-Edu's meta.json remakes FineWeb-Edu, not FineWeb."""
+    from data.fineweb import prepare as fw
+    fetched = []
+    monkeypatch.setattr(fw, "download", lambda url, path: fetched.append(os.path.basename(url))
+                        or write_shard(path, np.arange(3, dtype=np.uint16)))
+    fw.prepare("finewebedu10B", train_shards=200, out_dir=str(tmp_path / "edu"))
+    assert len(fetched) == 1 + 99 and fetched[-1] == "finewebedu_train_000099.bin", fetched[-3:]
+    assert " --edu" in load_meta(str(tmp_path / "edu"))["prepare"], load_meta(str(tmp_path / "edu"))["prepare"]
+
+
 def test_fineweb_counts_train_shards_kept_from_an_earlier_run(tmp_path, monkeypatch, capsys):
     from data.fineweb import prepare as fw
     monkeypatch.setattr(fw, "download", lambda url, path: write_shard(path, np.arange(70, dtype=np.uint16)))
@@ -339,7 +351,7 @@ def test_text_prepare_skips_hidden_folders(tmp_path):
     visible = {"a.txt": "alpha " * 30, "b.md": "beta " * 30, "c.txt": "gamma " * 30, "sub/d.txt": "delta " * 30}
     for name, text in visible.items():
         (docs / name).write_text(text)
-    for name in (".git/description.txt", ".git/logs/HEAD.md", "sub/.cache/e.txt"):
+    for name in (".git/description.txt", ".git/logs/HEAD.md", "sub/.cache/e.txt", ".notes.txt", "sub/._d.txt"):
         (docs / name).write_text(f"HIDDEN {name} " * 10)
     out = str(tmp_path / "out")
     counts = prepare(str(docs), out, tokenizer="bytes")
@@ -348,6 +360,19 @@ def test_text_prepare_skips_hidden_folders(tmp_path):
     assert b"HIDDEN" not in text, "a file under a hidden folder was tokenized"
     assert counts["val_tokens"] + counts["train_tokens"] == sum(len(t) + 1 for t in visible.values())
     assert "(4 files, 1 of them val)" in load_meta(out)["source"]
+
+
+def test_text_folder_val_is_one_percent_of_the_files(tmp_path):
+    """250 files: 2 of them val (1%), by the hash order of their names, not the first two by name."""
+    from data.text.prepare import prepare
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(250):
+        (docs / f"f{i:03d}.txt").write_text(f"doc {i:03d}.")
+    prepare(str(docs), str(tmp_path / "out"), tokenizer="bytes")
+    assert "(250 files, 2 of them val)" in load_meta(str(tmp_path / "out"))["source"]
+    val = _document_bytes(shard_paths(str(tmp_path / "out"), "val")[0], 256)
+    assert len(val) == 2 and val != [b"doc 000.", b"doc 001."], val
 
 
 def test_an_empty_split_still_gets_its_shard(tmp_path):
@@ -424,6 +449,29 @@ def test_builtin_corpus_skips_dangling_and_unreadable_files(tmp_path, monkeypatc
     monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
     assert sorted(os.path.basename(f) for _, f in builtin.source_files(site_packages=False)) == \
         [f"m{i}.py" for i in range(6)]
+
+
+def test_builtin_corpus_takes_packages_once_and_one_percent_for_val(tmp_path, monkeypatch):
+    """Where site-packages lies inside the standard library (pyenv, most Linux Pythons), the stdlib walk must
+    skip it: with packages on they are walked as their own root, once; with them off, not at all. And the
+    val split is 1% of the files (at least 4): 5 of 500."""
+    import sysconfig
+    from data.builtin import prepare as builtin
+    lib = tmp_path / "lib"
+    (lib / "site-packages" / "pkg").mkdir(parents=True)
+    for i in range(490):
+        (lib / f"m{i:03d}.py").write_text(f"x = {i}\n")
+    for i in range(10):
+        (lib / "site-packages" / "pkg" / f"p{i}.py").write_text(f"y = {i}\n")
+    paths = dict(sysconfig.get_paths(), stdlib=str(lib), purelib=str(lib / "site-packages"),
+                 platlib=str(lib / "site-packages"))
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
+    names = [rel for rel, _ in builtin.source_files(site_packages=True)]
+    assert len(names) == len(set(names)) == 500 and sum(n.startswith("site-packages/") for n in names) == 10
+    assert not [n for n, _ in builtin.source_files(site_packages=False) if "site-packages" in n]
+    builtin.prepare(str(tmp_path / "out"), tokenizer="bytes")
+    meta = load_meta(str(tmp_path / "out"))
+    assert (meta["val_files"], meta["train_files"]) == (5, 495), meta
 
 
 def test_text_dataset_hint_names_its_input_argument():
