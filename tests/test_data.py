@@ -185,6 +185,34 @@ def test_text_prepare_folder_and_file(tmp_path):
     assert (counts["train_tokens"], counts["val_tokens"]) == (91, 11)  # 90/10 by characters, + EOT each
 
 
+def test_atomic_write_syncs_before_it_renames(tmp_path, monkeypatch):
+    """The bytes reach the disk before the rename makes them the file: after a power cut, the old file or
+    the whole new one, never an empty file under the final name."""
+    calls, fsync, replace = [], os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync") or fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: calls.append("replace") or replace(a, b))
+    common.atomic_write(str(tmp_path / "f.bin"), lambda f: f.write(b"data"))
+    assert calls == ["fsync", "replace"] and (tmp_path / "f.bin").read_bytes() == b"data"
+
+
+def test_a_preparation_cut_short_leaves_no_meta_json(tmp_path):
+    """meta.json marks a complete dataset: a re-preparation that stops partway must not leave the old one
+    beside its new, half-written shards (the trainer would take them for a dataset)."""
+    from data.text.prepare import prepare
+    text = tmp_path / "one.txt"
+    text.write_text("abcdefghij" * 100)
+    out = str(tmp_path / "d")
+    prepare(str(text), out, tokenizer="bytes")
+    assert os.path.exists(os.path.join(out, "meta.json"))
+
+    def texts():
+        yield "the first document"
+        raise RuntimeError("the source went away")
+    with pytest.raises(RuntimeError, match="went away"):
+        common.write_dataset(out, "d", {"val": texts(), "train": []}, get_tokenizer("bytes"), "source", "command")
+    assert not os.path.exists(os.path.join(out, "meta.json"))
+
+
 def test_shakespeare_prepare_from_local_file(tmp_path):
     if not os.path.exists(SHAKESPEARE):
         pytest.skip(f"{SHAKESPEARE} not found")
