@@ -217,7 +217,13 @@ def test_compare_figures(fake_gpu, monkeypatch, causal):
                                 (fake_gpu.calls.append(f"old_{delta}"), q + k + v)[1])
     monkeypatch.setattr(B, "revisions", lambda files: [("old", old), ("current", attention_fp8)])
     fake_gpu.dry = True     # timing only
+    timed, bench = [], B.triton.testing.do_bench
+    monkeypatch.setattr(B.triton.testing, "do_bench", lambda fn, **kw: (bench(fn, **kw), timed.append(
+        fake_gpu.calls[-1].split("_")[0]))[0])
     rows = B.compare([], ["x".join(map(str, SHAPE))], causal, rounds=3)
+    # the rounds alternate the order of the methods, so that none is always timed first (or last)
+    per_round = [list(dict.fromkeys(timed[r * 8:(r + 1) * 8])) for r in range(3)]  # 3 + 3 + 2 timings each
+    assert per_round == [["old", "fp8", "cudnn"], ["cudnn", "fp8", "old"], ["old", "fp8", "cudnn"]], timed
     flops = CAUSAL_FLOPS * (1 if causal else 2)
     assert [r["label"] for r in rows] == ["old", "current", "cudnn"]
     for r, key in zip(rows, ("old", "fp8", "cudnn")):
