@@ -1,11 +1,12 @@
 """Do the tests catch a broken trainer? Plant one bug at a time in a copy of the repository (train.py,
-model.py, data/common.py, configurator.py, sample.py) and run the tests under tests/ on it: each bug
+model.py, data/, configurator.py, sample.py, and the tools: ablation.py, grad_fidelity.py, bench_train.py,
+bench_attention.py's host code, kernel_registers.py) and run the tests under tests/ on it: each bug
 should fail at least one test ("caught"). The copy without a bug runs first and must pass. The bugs
 are the kind a fork picks up: a loss not averaged over micro-batches, a setting that never reaches the
 model, a resume that is not exact, DDP ranks that read the same windows, a mask or scale off, a shard
 read from the wrong offset. The kernel's are in tests/mutate_kernel.py, whose runner this uses.
 
-    python tests/mutate_trainer.py             # every bug, two at a time (~40 minutes on 2 CPU cores)
+    python tests/mutate_trainer.py             # every bug, two at a time (~50 minutes on 2 CPU cores)
     python tests/mutate_trainer.py -k ddp      # the bugs whose names contain ddp
 
 Left out because they change nothing the trainer computes: gradients all-reduced after every
@@ -266,6 +267,81 @@ BUGS = {
         ' and not callable(value):',
         ':',
         "what a preset imports or defines is taken for a setting (unknown key 'sqrt')"),
+    # found by a mutation review of the code outside this list (session 44), each with its test since
+    'fp8_arms_swap_delta': ('model.py',
+        'delta="stale" if self.attention == "fp8_stale" else "matched"',
+        'delta="matched" if self.attention == "fp8_stale" else "stale"',
+        'the fp8 model runs the stale delta and fp8_stale the matched one'),
+    'data_no_fsync': ('data/common.py',
+        '            os.fsync(f.fileno())',
+        '            pass',
+        'atomic_write renames before the bytes reach the disk'),
+    'data_meta_kept_while_rewriting': ('data/common.py',
+        '        os.remove(os.path.join(out_dir, "meta.json"))  # incomplete until rewritten below',
+        '        pass',
+        "a preparation cut short leaves the old meta.json beside half-written shards"),
+    'data_val_counts_unchecked': ('data/common.py',
+        '    for split in ("train", "val"):
+        if f"{split}_tokens" not in meta:',
+        '    for split in ("train",):
+        if f"{split}_tokens" not in meta:',
+        "another preparation's val shards join the val split silently"),
+    'text_hidden_files_read': ('data/text/prepare.py',
+        ' and not n.startswith(".")',
+        '',
+        'hidden files (.notes.txt, ._x.txt) become documents'),
+    'text_val_share_10pc': ('data/text/prepare.py',
+        'n_val = max(1, len(files) // 100)',
+        'n_val = max(1, len(files) // 10)',
+        "a folder's val split is 10% of its files"),
+    'text_val_by_name': ('data/text/prepare.py',
+        'files.sort(key=path_order)',
+        'files.sort()',
+        'val files picked by name, not by the hash order'),
+    'builtin_packages_twice': ('data/builtin/prepare.py',
+        '"__pycache__", "site-packages", "dist-packages"}',
+        '"__pycache__"}',
+        'site-packages inside the stdlib walked with it: packages twice, or with --no_site_packages'),
+    'builtin_val_share_10pc': ('data/builtin/prepare.py',
+        'n_val = max(4, len(files) // 100)',
+        'n_val = max(4, len(files) // 10)',
+        "the built-in corpus's val split is 10% of the files"),
+    'fineweb_shards_unclamped': ('data/fineweb/prepare.py',
+        'min(train_shards, available)',
+        'train_shards',
+        '--train_shards past what exists asks for files that are not there'),
+    'fineweb_edu_not_recorded': ('data/fineweb/prepare.py',
+        'edu="edu" in name',
+        'edu=False',
+        "FineWeb-Edu's meta.json remakes plain FineWeb"),
+    'ablation_arm_wrong_path': ('ablation.py',
+        '"fp8_stale_seed2": ("fp8_stale", 2024)',
+        '"fp8_stale_seed2": ("fp8", 2024)',
+        "an ablation arm named fp8_stale trains the matched delta"),
+    'fidelity_sets_overlap': ('grad_fidelity.py',
+        'windows[s * n:(s + 1) * n]',
+        'windows[s:s + n]',
+        "grad_fidelity's 'other batches' share n - 1 windows with the step's"),
+    'bench_train_gqa_ignored': ('bench_train.py',
+        'n_kv_head=cfg.n_kv_head or cfg.n_head,',
+        'n_kv_head=cfg.n_head,',
+        "bench_train.py's --n_kv_head never reaches the model"),
+    'bench_train_qk_norm_ignored': ('bench_train.py',
+        'qk_norm=cfg.qk_norm,',
+        'qk_norm=False,',
+        "bench_train.py's --qk_norm never reaches the model"),
+    'compare_order_fixed': ('bench_attention.py',
+        '(live if r % 2 == 0 else live[::-1])',
+        'live',
+        '--compare times the methods in one order every round'),
+    'registers_not_rounded': ('kernel_registers.py',
+        '(-(-regs // 8) * 8 * 32 * warps)',
+        '(regs * 32 * warps)',
+        'programs per SM from registers not allocated in steps of 8'),
+    'block_limit_is_sm_total': ('kernel_registers.py',
+        'fits = shared <= TARGETS[TARGET]["block"]',
+        'fits = shared <= TARGETS[TARGET]["sm"]',
+        "a kernel over a block's shared-memory limit passes"),
 }
 
 
