@@ -281,10 +281,8 @@ BUGS = {
         '        pass',
         "a preparation cut short leaves the old meta.json beside half-written shards"),
     'data_val_counts_unchecked': ('data/common.py',
-        '    for split in ("train", "val"):
-        if f"{split}_tokens" not in meta:',
-        '    for split in ("train",):
-        if f"{split}_tokens" not in meta:',
+        '    for split in ("train", "val"):\n        if f"{split}_tokens" not in meta:',
+        '    for split in ("train",):\n        if f"{split}_tokens" not in meta:',
         "another preparation's val shards join the val split silently"),
     'text_hidden_files_read': ('data/text/prepare.py',
         ' and not n.startswith(".")',
