@@ -136,6 +136,16 @@ def test_run_commands(monkeypatch):
     assert cfgs["sdpa"].seed == cfgs["fp8_stale"].seed == cfgs["fp8"].seed != cfgs["sdpa_seed2"].seed
 
 
+def test_a_failed_arm_stops_the_run_and_names_the_arms_left(monkeypatch):
+    """The second of three arms fails: the run stops there, naming it and the one arm not run (not the
+    failed arm among those not run)."""
+    codes = iter([0, 3, 0])
+    monkeypatch.setattr(ablation.subprocess, "run", lambda cmd: types.SimpleNamespace(returncode=next(codes)))
+    with pytest.raises(SystemExit, match=r"^arm fp8_stale: train.py exited with status 3 \(its output is above\); "
+                                         r"arms not run: fp8$"):
+        ablation.run([], ["sdpa", "fp8_stale", "fp8"])
+
+
 def test_table_median_of_an_even_count(tmp_path, monkeypatch):
     """tok/s: of an even number of figures, the median is the mean of the middle two (not the upper one)."""
     monkeypatch.setattr(ablation, "OUT", str(tmp_path))
