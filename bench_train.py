@@ -7,8 +7,8 @@ and the ratio to the first path, for each block size (tokens per step held fixed
     python bench_train.py --attentions=sdpa_cudnn,sdpa_flash,fp8,fp8_stale --block_sizes=4096
 
 Paths: sdpa (PyTorch's own backend choice), sdpa_cudnn / sdpa_flash (that SDPA backend forced; such an
-arm profiles one step and stops if the backend's op did not run, checked on a CPU with MATH and flash,
-not yet on a GPU), fp8, fp8_stale, auto (fp8 where it runs, else sdpa). Each path compiles afresh (~1 min
+arm profiles one step and stops if the backend's op did not run; run on an H100 with cuDNN and flash,
+README), fp8, fp8_stale, auto (fp8 where it runs, else sdpa). Each path compiles afresh (~1 min
 for 12 layers), so keep the list short per call.
 """
 import sys

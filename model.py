@@ -46,10 +46,10 @@ def fp8_unavailable(device, head_dim=None):
         import attention_fp8
     except Exception as e:  # the kernel has not landed, or triton is missing
         return f"attention_fp8 does not import ({type(e).__name__}: {e})"
-    if device.type != "cuda" and not attention_fp8.fp8_supported(device):  # imported before TRITON_INTERPRET=1
-        return (f"no CUDA GPU (device {device.type}), and attention_fp8 was imported without TRITON_INTERPRET=1, "
-                "which alone runs its kernels on a CPU")
-    if device.type == "cuda" and not attention_fp8.fp8_supported(device):
+    if not attention_fp8.fp8_supported(device):
+        if device.type != "cuda":  # TRITON_INTERPRET=1 set only after attention_fp8 was imported
+            return (f"no CUDA GPU (device {device.type}), and attention_fp8 was imported without TRITON_INTERPRET=1, "
+                    "which alone runs its kernels on a CPU")
         name, cap = torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)
         if torch.version.hip is not None:
             return f"{name}: an AMD GPU (ROCm), and the kernel is written for NVIDIA's FP8 tensor cores"
