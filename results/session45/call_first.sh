@@ -19,8 +19,8 @@ if grep -q H200 "$OUT/gpu.txt"; then
     timeout $left python bench_train.py --warmup=3 --steps=10 2>&1 | grep -v -i warn > "$OUT/h200_bench_train.txt"
     tail -8 "$OUT/h200_bench_train.txt"; echo "[$SECONDS s]"
 else
-    timeout 560 "${r38[@]}" python -m pytest -q -p no:cacheprovider test_attention.py > "$OUT/triton38_test_attention.txt" 2>&1 &
-    timeout 560 "${r38[@]}" python -m pytest -q -p no:cacheprovider tests > "$OUT/triton38_tests.txt" 2>&1 &
+    timeout 530 "${r38[@]}" python -m pytest -q -p no:cacheprovider test_attention.py > "$OUT/triton38_test_attention.txt" 2>&1 &
+    timeout 530 "${r38[@]}" python -m pytest -q -p no:cacheprovider tests > "$OUT/triton38_tests.txt" 2>&1 &
     wait
     for f in "$OUT"/triton38_test*.txt; do echo "== $f"; grep -E "^(FAILED|ERROR)|passed|failed" "$f" | tail -12; done
 fi
