@@ -12,7 +12,7 @@ date -u | tee -a "$OUT/gpu.txt"; git log -1 --format=%H | tee -a "$OUT/gpu.txt"
 r38=(bash results/carry_triton.sh run 3.8.0)
 "${r38[@]}" python -c "import triton; print('carried triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 if grep -q H200 "$OUT/gpu.txt"; then
-    timeout $((BUDGET / 3)) python bench_attention.py --json "$OUT/h200_bench_attention.json" 2>&1 | grep -v -i warn \
+    timeout $((BUDGET / 2)) python bench_attention.py --json "$OUT/h200_bench_attention.json" 2>&1 | grep -v -i warn \
         > "$OUT/h200_bench_attention.txt"; tail -12 "$OUT/h200_bench_attention.txt"; echo "[$SECONDS s]"
     timeout $((BUDGET / 3)) python bench_train.py --warmup=3 --steps=10 2>&1 | grep -v -i warn > "$OUT/h200_bench_train.txt"
     tail -8 "$OUT/h200_bench_train.txt"; echo "[$SECONDS s]"
