@@ -1,5 +1,6 @@
 """The accuracy figures the README quotes from test_attention.py, printed instead of only asserted:
-errors against the dequantized-input and the exact fp64 reference at the suite's CASES, the
+errors against the dequantized-input and the exact fp64 reference at the suite's CASES (with the
+least-squares gain against the former, TOL_GAIN's figure), the
 key-translation figures (dQ error, key-gradient sum) and the per-row invariant, matched and stale.
 On the CPU the kernels run in Triton's interpreter with the rounding shim, at the CPU CASES.
 
@@ -34,7 +35,7 @@ for (B, H, H_kv, N, D, causal), name in zip(T.CASES, T.CASE_IDS):
     exact = T.reference_grads(q, k, v, do, causal, sm_scale)
     names = ("o", "dv") if N == 1 else ("o", "dq", "dk", "dv")   # N = 1: exact dQ, dK are zero
     print(f"{name:28s} " + "  ".join(f"{x} {T.rel_err(out[x], deq[x]):.4f} / {T.rel_err(out[x], exact[x]):.4f}"
-                                      for x in names))
+                                      f" (gain {T.gain(out[x], deq[x]):.4f})" for x in names))
 
 print("\nkey translation (test_key_translation: every key + one vector of norm ~2 sqrt(D))")
 B, H, H_kv, N, D = (2, 4, 2, 1024, 64) if T.ON_GPU else (1, 2, 1, 256, 64)
@@ -55,3 +56,18 @@ for (B, H, H_kv, N, D, causal), name in zip(T.CASES, T.CASE_IDS):
     stats = A.delta_stats(q, k, v, do, causal=causal)
     print(f"{name:28s} matched {stats['ds_rowsum_matched']:.1e}  stale {stats['ds_rowsum_stale']:.1e}  "
           f"(key-gradient sum {stats['key_grad_sum_matched']:.1e} / {stats['key_grad_sum_stale']:.1e})")
+
+print("\ndV's gain: the kernel's, and that of rounding P (times 256) to e4m3 alone, simulated in fp64 from the "
+      "dequantized inputs (TOL_GAIN; the rounding biases dV low)")
+for (B, H, H_kv, N, D, causal), name in zip(T.CASES, T.CASE_IDS):
+    q, k, v, do = T.make_inputs(B, H, H_kv, N, D, seed=N + D)
+    sm_scale = 1.0 / math.sqrt(D)
+    ref = T.dequantized_reference(q, k, v, do, causal, sm_scale)["dv"]
+    qd, kd, dod = (T.dequantize(x, n).double() for x, n in ((q, "q"), (k, "k"), (do, "do")))
+    s = qd @ kd.repeat_interleave(H // H_kv, 1).transpose(-1, -2) * sm_scale
+    if causal:
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    p8 = (s.softmax(-1) * 256).to(torch.float8_e4m3fn).double() / 256
+    dv_sim = (p8.transpose(-1, -2) @ dod).view(B, H_kv, H // H_kv, N, D).sum(2)
+    print(f"{name:28s} kernel {T.gain(T.run_kernel(q, k, v, do, causal)['dv'], ref):.4f}  "
+          f"P's rounding alone {T.gain(dv_sim, ref):.4f}")
