@@ -26,6 +26,7 @@ import test_attention as T  # noqa: E402
 print(f"device {torch.cuda.get_device_name() if GPU else 'cpu (Triton interpreter, rounding shim)'} | "
       f"torch {torch.__version__} | triton {__import__('triton').__version__}")
 
+
 def p_rounding_dv(q, k, do, causal, sm_scale, H, H_kv):
     """dV in fp64 from the dequantized inputs with only P (times 256) rounded to e4m3."""
     qd, kd, dod = (T.dequantize(x, n).double() for x, n in ((q, "q"), (k, "k"), (do, "do")))
