@@ -853,10 +853,12 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
 # The backward's FP8 copies (Q, Q^T, dO, dO^T, K, K^T, V: 7 bytes per element of q when H_kv = H)
 # are made for half of the heads at a time once they would exceed this. Heads are independent, so
 # the results are bit-identical. The halves bring peak memory under SDPA's (whose fp32 dQ
-# accumulator takes 4 bytes per element), at a cost measured on the H200: each backward kernel
-# runs 6-7% longer in two launches than in one (each launch ends on its own causal tail), and
-# small problems, bound by host time, pay for the extra launches. So only big problems split.
-# Set it to float("inf") for one pass always (the fastest), or 0 for halves always (the leanest).
+# accumulator takes 4 bytes per element). Since causal launches start longest tile first (_grid),
+# they cost no measurable GPU time at 4x16x4096x128 and larger (0.99-1.01x of one pass; before,
+# each half ended on its own causal tail, 6-7% per kernel), 2-3.4% at the smaller shapes of the
+# benchmark, but there an eager call runs at 0.65-0.87x in wall time: the host pays the second
+# half's Python and launches (H100, README "Memory at small shapes"). So only big problems split.
+# Set it to float("inf") for one pass always, or 0 for halves always (the leanest).
 SPLIT_BYTES = 128 * 2**20
 
 
