@@ -76,9 +76,10 @@ Why these choices:
   dK/dV kernel), so the dS scales' granularity follows the tiling and can differ between GPUs and
   between the Triton and the Gluon dK/dV kernel.
 - Hopper's FP8 tensor cores want the B operand of a dot contiguous along the reduction dimension
-  ("K-major"); reading it otherwise was measured 6x slower. Q K^T and dO V^T reduce over the head
-  dimension and read Q, K, V, dO as stored. P V, P^T dO, dS K and dS^T Q reduce over tokens, so
-  the quantize kernel also writes token-contiguous copies (V^T, dO^T, K^T, Q^T).
+  ("K-major"; wgmma transposes only 16-bit operands), so a B stored otherwise has to be transposed
+  on its way in (an early probe read 6x slower; its log was not kept). Q K^T and dO V^T reduce
+  over the head dimension and read Q, K, V, dO as stored. P V, P^T dO, dS K and dS^T Q reduce over
+  tokens, so the quantize kernel also writes token-contiguous copies (V^T, dO^T, K^T, Q^T).
 
 All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for finite inputs (and an
 sm_scale that fits fp32). Scores of 1e5 and more (sm_scale * q.k) make the backward's recomputed P
@@ -601,8 +602,9 @@ def _padded(n):
 # query tile sees every key before it, a key tile every query after it), and the GPU starts programs
 # in grid order as earlier ones finish. Had each head's tiles come together, longest first, one head
 # after another, the last heads' longest tiles would start when most of the launch is done and the
-# launch would end on them: a tail of 5-11% of the kernel at the benchmark's shapes in a model of that
-# schedule (results/launch_order_model.py; more at N = 1024). Instead programs run in sections of G
+# launch would end on them: a tail of 6-7% of the kernel at D = 128, N = 4096 and 8192 and 6-11%
+# at D = 64 in a model of that schedule (results/launch_order_model.py; 14-22% at N = 1024, under
+# 1% at N = 16384). Instead programs run in sections of G
 # heads: the longest tile of each of the G heads, then the next longest, and so on, so that every
 # head's short tiles come last (longest processing time first, as FlashAttention-3's scheduler does).
 # The grid is (G * tiles, sections): CUDA starts programs along the first axis first, and the
@@ -645,13 +647,16 @@ def _program_tile(G: tl.constexpr, LONGEST_LAST: tl.constexpr):
     return tile, tl.program_id(1) * G + pid % G
 
 
-# Host time. `kernel[grid](...)` costs about 40 us of CPU per launch in Triton 3.6 on the H200 host:
-# it binds and specializes each of the 20-40 arguments, builds a cache key, and asks the driver
-# about every pointer. A forward+backward launches six kernels, and at small shapes (8x16x1024x64)
-# the GPU waits on the host. _launch does that work once per argument signature and then calls
-# the compiled kernel's launcher itself with the pointers as integers: 8 us for the dQ kernel's
-# launcher (H200 host), plus the key below. Same compiled kernel, same arguments, bit-identical
-# results; FAST_LAUNCH = False is the plain path.
+# Host time. `kernel[grid](...)` binds and specializes each of the 20-40 arguments, builds a cache
+# key, and asks the driver about every pointer: on the H200 host (Triton 3.6) about 40 us for the
+# dQ kernel's launch against 8 us through its compiled launcher (a probe whose log was not kept),
+# and 11-15 us against 5 us per launch of a trivial kernel (results/host_h200.txt). A
+# forward+backward launches six kernels, and at small shapes (8x16x1024x64) the GPU waits on the
+# host. _launch does that work once per argument signature and then calls the compiled kernel's
+# launcher itself with the pointers as integers, plus the key below. It counts most in autograd's
+# thread, which runs the backward: a forward+backward there took 1027 -> 647 us of host time (same
+# file; SPEED.md, step 9). Same compiled kernel, same arguments, bit-identical results;
+# FAST_LAUNCH = False is the plain path.
 # The launcher's calling convention is Triton's own, not a public API: it is used with the Tritons
 # it was checked against on the H200 (3.6 and 3.8: test_gpu_fast_launch_matches_plain_launch), and
 # Triton's launch hooks (proton) do not see these launches. The Triton interpreter
@@ -759,7 +764,8 @@ def quantize(x, tile, rows=True, cols=False):
 # instead of _fwd_kernel: the same FP8 operands and scales, so the same O and LSE up to fp32 rounding,
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
 # It needs the forward's query tile of 64 rows (CONFIGS). At D = 64 it runs three programs per SM
-# (attention_fp8_hopper.CONFIGS' register cap): 1.06-1.10x the Triton forward on the H200 (SPEED.md, step 11).
+# (attention_fp8_hopper.CONFIGS' register cap): 1.06-1.10x the Triton forward on the H200 when step
+# 11 set it (SPEED.md; both forwards changed at step 17, and were not timed against each other since).
 HOPPER_FORWARD = (64, 128)
 # Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (at D = 128 dS^T's row scale per 64
@@ -1009,9 +1015,10 @@ _fwd_op.register_autograd(_fwd_op_backward, setup_context=_setup_context)
 
 class _Attention(torch.autograd.Function):
     """The eager path: the same launchers as the custom op, without the custom-op dispatch, which
-    costs host time that small shapes feel (`bench_attention.py --profile` on the H200 host: a
-    forward+backward at 8x16x1024x64 took 1.23 ms through the custom op, 1.05 ms through this, and
-    its kernels 0.37 ms). torch.compile takes the custom op, which it does not trace into."""
+    costs host time that small shapes feel (`bench_attention.py --profile` on the H200 host at step 2,
+    before step 9 cut the launches' host time: a forward+backward at 8x16x1024x64 took 1.23 ms
+    through the custom op, 1.05 ms through this, and its kernels 0.37 ms; a second run read 1.06 vs
+    0.73 ms). torch.compile takes the custom op, which it does not trace into."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, delta):

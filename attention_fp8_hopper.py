@@ -15,12 +15,15 @@ asynchronous warpgroup MMA, TMA and mbarriers, so the schedule is written out:
 
 P~^ goes to the P V wgmma straight from the registers the softmax left it in: V^T's keys are
 stored permuted within each 32 (_p_operand) so that no shuffles are needed. (PERMUTED_V = False:
-P~^ through shared memory, a store, a fence and a barrier per tile; 1.04-1.09x slower, SPEED.md step 7.)
+P~^ through shared memory, a store, a fence and a barrier per tile, but the last, masked tile's
+through a register shuffle; 1.04-1.09x slower, SPEED.md step 7.)
 
 Letting P V run on into the next softmax too (FlashAttention-3's full overlap) makes ptxas
-serialize every wgmma (advisory C7514), so each iteration ends on both dots. On the H200 this is
-1.08-1.10x the Triton forward at head dim 128 and N >= 4096 (SPEED.md, step 4, and steps 6-7 since);
-at head dim 64 it was no faster until three programs shared an SM (CONFIGS' register cap, step 11).
+serialize every wgmma (advisory C7514), so each iteration ends on both dots. On the H200 this ran
+1.08-1.10x the Triton forward at head dim 128 and N >= 4096 when step 4 built it (SPEED.md); steps
+6 and 7 made it faster, step 17's fp32 sums slower, and the two forwards have not been timed
+against each other at those sizes since. At head dim 64 it was no faster until three programs
+shared an SM (CONFIGS' register cap, step 11).
 
 The value of V's tile scale rides in the accumulator's units: acc holds O * w / sv_last, so
     acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j^ V^_j
@@ -373,8 +376,8 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 # came out 3.6% low at N = 4096 and 15% low at N = 16384 (SPEED.md, step 17). So every DV_FLUSH
 # query tiles the tensor cores' sum is added to an fp32 dV in shared memory (32 KiB at D = 128)
 # and restarts from zero: it never spans more than DV_FLUSH tiles. A second fp32 accumulator in
-# registers, the forward's fix, spills here (976 bytes at D = 128, offline): dK, dV, T and the
-# rows of two tiles already fill the 255.
+# registers, the forward's fix, spilled here (976 bytes at D = 128, offline, when step 17 tried it
+# with step 12's rows of the next tile still in registers): dK, dV and T alone take 192 of the 255.
 #
 # Registers per thread at D = 128: dK and dV take 64 each, S^T and dP^T 32 each, T 64 (after
 # S^T and dP^T are dead). One warpgroup per program (BLOCK_N = 64) and two programs per SM ran
@@ -412,7 +415,7 @@ def _dkdv_rows_copy(bh, start_m, rows_smem, b, H, LSE, stride_lb, DELTA, N, N_pa
     first BLOCK_M floats, delta in the next, one float per thread. Through shared memory rather than
     loaded into registers a tile ahead (step 12), because ptxas moved those loads: Nsight Compute
     found them issued after the tile's last wgmma wait, and the loop's back edge waiting on them
-    (13.8% of the warps' samples on long scoreboard, 5.5% before step 18; SPEED.md, step 19). A copy
+    (13.8% of the warps' samples on long scoreboard, 5.5% before step 18; SPEED.md, step 18). A copy
     has no register to wait on; this tile reads its rows from shared memory while its wgmmas run."""
     i = gl.arange(0, 2 * BLOCK_M, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
     is_lse = i < BLOCK_M
@@ -658,16 +661,18 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # (results/dkdv_stages3_h200.txt), when it fit in 112 KiB of shared memory at D = 128; since dV's
 # fp32 buffer (32 KiB, step 17) two slots take 112.5 KiB, and a third would leave one program per SM.
 # maxnreg: as for the forward, three programs per SM at D = 64, which made this kernel faster than
-# the Triton one there (SPEED.md, step 11). As configured below it takes 229 registers uncapped
-# and spills 140 bytes at 168 under Triton 3.6 (218 and 152 under 3.8, with 3.8's configuration).
+# the Triton one there (SPEED.md, step 11). As configured below it takes about 230 registers
+# uncapped and spills 140 bytes at 168 under Triton 3.6; under 3.8, with 3.8's configuration, it
+# spilled 152 when that was chosen and 44 since step 23's grid (`python kernel_registers.py`).
 # At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
 # DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above). Measured on the H200
 # (dO = 1 + 0.1 N(0,1), N = 4096 and 16384, results/dkdv_flush_swizzle_h200.txt): dV's mean bias
 # -0.11% with 2 (the Triton kernel's, P's rounding), -0.18 / -0.20% with 4, -0.47 / -0.54% with 8;
 # the kernel 1.06x / 1.04x faster with 4 than with 2, and 8 only 1.03x / 1.02x faster than 4.
-# With 4 (and the swizzle) it took 1844 / 590 us of GPU time at 2x16x8192x128 / 4x16x4096x64:
-# 1.57x / 1.35x the Triton kernel, 0.82x / 0.89x of its speed with no flush (wrong where dO has a
-# mean), those two read in an earlier run of the same machine kind (results/dkdv_flush_h200.txt).
+# With 4 (and the swizzle, step 18) it took 1844 / 590 us of GPU time at 2x16x8192x128 /
+# 4x16x4096x64: 1.57x / 1.35x the Triton kernel, 0.82x / 0.89x of its speed with no flush (wrong
+# where dO has a mean), those two read in an earlier run of the same machine kind
+# (results/output_normalization_h200.txt); steps 19 and 20 took it to 1776 / 579 us.
 # ROWS_CP_ASYNC: each query tile's LSE and delta come through shared memory (_dkdv_rows_copy) rather
 # than loaded into registers a tile ahead: the kernel 1.033x / 1.044x faster at 2x16x8192x128 /
 # 4x16x4096x128, but 0.929x at 4x16x4096x64, where it spilled 88 bytes instead of 68 under the cap
@@ -684,9 +689,9 @@ DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, RO
                           FLUSH_UNDER_DOTS=False)}
 # Triton 3.8 bundles ptxas 12.9 for Hopper (3.6: 12.8), which spills far more in the D = 64 kernel under
 # the 168-register cap: 496 bytes as configured above (140 under 3.6), 152 with ROWS_CP_ASYNC on and
-# FLUSH_UNDER_DOTS off. GPU time under 3.8 at 4x16x4096x64 / 2x16x8192x64: 730 / 1374 us as above,
-# 618 / 1163 us (1.18x) that way, 627 / 1182 with both on (results/triton38_h200.txt, section 8).
-# Under 3.6 that way lost (0.929x, step 19), so the choice follows the Triton version.
+# FLUSH_UNDER_DOTS off (44 since step 23's grid). GPU time under 3.8 at 4x16x4096x64 /
+# 2x16x8192x64: 730 / 1374 us as above, 618 / 1163 us (1.18x) that way, 627 / 1182 with both on
+# (results/triton38_h200.txt, section 8). Under 3.6 that way lost (0.929x, step 19), so the choice follows the Triton version.
 if tuple(int(x) for x in triton.__version__.split(".")[:2]) >= (3, 8):
     DKDV_CONFIGS[64].update(ROWS_CP_ASYNC=True, FLUSH_UNDER_DOTS=False)
 
