@@ -10,8 +10,8 @@ FP8 with Delta-Matching (plus second seeds of each, to measure run-to-run noise)
 per-step train loss and gradient norm, val loss, and at each evaluation the delta-mismatch monitor. The
 arm's settings come last, so a preset among your overrides (config/*.py set out_dir) leaves each arm its own
 folder and seed; --attention=, --seed= and --out_dir= overrides are refused.
-The arms are sdpa, fp8_stale and fp8 at seed 1337 and each at seed 2024 (`*_seed2`: another
-initialization and data order); `run` trains sdpa, sdpa_seed2, fp8_stale and fp8 unless --arms= names
+The arms are sdpa, fp8_stale and fp8 at seed 1337, each at seed 2024 (`*_seed2`: another
+initialization and data order) and at seed 7 (`*_seed3`, a third where two disagree); `run` trains sdpa, sdpa_seed2, fp8_stale and fp8 unless --arms= names
 others. At the lengths a single GPU trains in minutes the seeds move the loss as much as the attention
 does (README, "Training results"), so a claim about the arms wants both seeds of each.
 `plot` needs matplotlib (not a dependency of the trainer: `pip install matplotlib` where you plot).

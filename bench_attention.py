@@ -4,7 +4,7 @@ One run prints, per shape: forward and forward+backward TFLOP/s of FP8 matched, 
 and flash SDPA, the ratios to cuDNN, the share of matched time the Delta-Matching pre-pass costs,
 peak memory, and each method's error against an FP32 reference on the same inputs.
 
-    python bench_attention.py                      # causal, the shapes of DELTA_MATCHING.md section 5
+    python bench_attention.py                      # causal, DEFAULT_SHAPES (the speed targets' shapes)
     python bench_attention.py --shapes 4x16x4096x128 --no-causal
     python bench_attention.py --sweep [dkdv ...]   # first try the tilings of SWEEP (all kernels, or these)
     python bench_attention.py --compare /tmp/old.py  # older revision (git show REV:attention_fp8.py) vs current

@@ -137,7 +137,8 @@ def parse(cfg, argv):
                 line = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == arg]
                 raise ConfigError(f"config file {arg}, line {line[-1] if line else '?'}: {type(e).__name__}: {e}")
             for key, value in namespace.items():
-                # settings only: not what the preset imported or defined to compute them
+                # settings only: not the modules, functions and classes the preset imported or defined, nor
+                # its _private names (a helper value must start with _: any other name is a setting)
                 if not key.startswith("_") and not isinstance(value, types.ModuleType) and not callable(value):
                     _set(cfg, key, value, arg, hints)
     return cfg

@@ -1,7 +1,7 @@
 """
 A GPT language model for the Delta-Matching FP8 attention experiments, nanoGPT-style, in one file.
 
-Read top to bottom: norms and RoPE, the attention switch, CausalSelfAttention, MLP, Block, GPTConfig, GPT.
+Read top to bottom: the attention switch, norms and RoPE, CausalSelfAttention, MLP, Block, GPTConfig, GPT.
 The attention path is one setting, GPTConfig.attention:
   "sdpa"       PyTorch scaled_dot_product_attention in the autocast dtype (BF16 on GPU, fp32 on CPU)
   "fp8"        attention_fp8.attention: block-scaled FP8 in all 7 attention matmuls, delta matched to the

@@ -292,14 +292,15 @@ NUMPY_ARRAY_GLOBALS = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(n
 
 
 def _load_error(e):
-    """torch.load's error in one line: for a weights-only refusal, its reason, not the advice around it."""
+    """torch.load's error in one line: for a weights-only refusal, its reason, not the advice around it
+    (torch follows the reason, on the same line, with how to allowlist what it refused: not our advice)."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     for i, line in enumerate(lines):
         if "WeightsUnpickler error:" in line:
             rest = line.split("WeightsUnpickler error:")[1].strip()
-            return rest or (lines[i + 1] if i + 1 < len(lines) else "")
+            return (rest or (lines[i + 1] if i + 1 < len(lines) else "")).split(" Please use")[0]
         if "GLOBAL" in line or "Can only build" in line:
-            return line
+            return line.split(" Please use")[0]
     return lines[0] if lines else ""
 
 
@@ -316,7 +317,8 @@ def load_checkpoint(path, keys=RESUME_KEYS):
         if isinstance(e, pickle.UnpicklingError) and ("GLOBAL" in why or "Can only build" in why):
             raise SystemExit(f"{path} holds objects other than tensors, numbers and strings ({why}): refused, "
                              "since loading them could run code; it is not a checkpoint train.py wrote")
-        raise SystemExit(f"{path} is not a checkpoint train.py wrote: {type(e).__name__}: {why}")
+        raise SystemExit(f"{path} cannot be read as a checkpoint (truncated or damaged, or not one train.py "
+                         f"wrote): {type(e).__name__}: {why}")
     missing = [k for k in keys if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise SystemExit(f"{path} has no {', '.join(map(repr, missing))}: it is not a checkpoint train.py wrote")
@@ -426,6 +428,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         data = os.path.join(HERE, "data")
         ready = sorted(d for d in os.listdir(data) if os.path.exists(os.path.join(data, d, "meta.json")))
         known = known_prepare_command(data_dir)
+        if known and "data/fineweb/" in known:  # the script's 8 shards by default are less than a 10B-token run reads
+            known += " (8 train shards of 100M tokens; --train_shards=N for more, 103 for config/fineweb.py's 10B)"
         raise SystemExit(f"dataset={cfg.dataset!r}: no folder {data_dir}; " + (f"run: {known}" if known else
                          f"a name is a prepared folder under data/ (here: {', '.join(ready) or 'none yet'}; builtin "
                          "prepares itself, README, Datasets, says how to prepare the others), or give a path"))
@@ -516,8 +520,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         if cfg.init_from == "scratch" and os.path.exists(log_path):
             say(f"out_dir: an earlier run's log moved to {set_aside(log_path)}")
         if cfg.init_from == "scratch" and os.path.exists(ckpt_path):
-            say(f"out_dir: {ckpt_path} is an earlier run's; this run replaces it at its first save "
-                "(--init_from=resume continues it instead)")
+            say(f"out_dir: {ckpt_path} is an earlier run's; " + (
+                "this run replaces it at its first save (--init_from=resume continues it instead)"
+                if cfg.save_checkpoint else "this run saves none (save_checkpoint=False), so it stays"))
         if ckpt_run_id and log_run_id(log_path) not in (None, ckpt_run_id):
             say(f"out_dir: {log_path} is another run's, which saved no checkpoint: moved to {set_aside(log_path)}")
             set_aside_logs = glob.glob(os.path.join(glob.escape(cfg.out_dir), "metrics.*.jsonl"))

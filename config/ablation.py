@@ -1,9 +1,8 @@
 # The FP8 attention ablation: GPT-2 small (124M) at block_size 1024, no QK-norm (the setting where the
-# paper reports the stale-delta gap), RoPE. Run one arm per attention path, same seed and data, as
-# `python ablation.py run` does (into out-ablation/<arm>/, which `python ablation.py plot` reads):
-#   python train.py config/ablation.py --attention=sdpa      --out_dir=out-ablation/sdpa
-#   python train.py config/ablation.py --attention=fp8       --out_dir=out-ablation/fp8
-#   python train.py config/ablation.py --attention=fp8_stale --out_dir=out-ablation/fp8_stale
+# paper reports the stale-delta gap), RoPE. `python ablation.py run` trains one arm per attention
+# path and seed into out-ablation/<arm>/, which `python ablation.py plot` reads; by hand, one arm is
+#   python train.py config/ablation.py --delta_monitor=True --attention=fp8 --seed=1337 --out_dir=out-ablation/fp8
+# (ablation.py's ARMS: sdpa, fp8_stale and fp8 at seeds 1337, 2024 and 7).
 # 65k tokens per step x 2000 steps = 131M tokens. --n_head=6 gives head dim 128 instead of 64.
 out_dir = "out-ablation"
 dataset = "builtin"

@@ -311,6 +311,28 @@ def test_fineweb_download_cut_short_leaves_no_shard(tmp_path, monkeypatch):
     assert os.listdir(out) == [], "a cut download must not be renamed to the shard's name"
 
 
+def test_fineweb_rerun_cut_short_leaves_no_meta_json(tmp_path, monkeypatch):
+    """A re-run for more shards that stops partway must not leave the earlier run's meta.json, whose counts
+    would make the trainer call the new, good shards another preparation's and say to delete them."""
+    from data.fineweb import prepare as fw
+    monkeypatch.setattr(fw, "download", lambda url, path: write_shard(path, np.arange(70, dtype=np.uint16)))
+    out = str(tmp_path / "fw")
+    fw.prepare("fineweb10B", train_shards=1, out_dir=out)
+    assert load_meta(out)["train_tokens"] == 70
+
+    def download(url, path):
+        if url.endswith("_000003.bin"):
+            raise OSError("the network went away")
+        write_shard(path, np.arange(70, dtype=np.uint16))
+    monkeypatch.setattr(fw, "download", download)
+    with pytest.raises(SystemExit, match="the files already here are kept, re-run to continue"):
+        fw.prepare("fineweb10B", train_shards=3, out_dir=out)
+    assert not os.path.exists(os.path.join(out, "meta.json"))
+    monkeypatch.setattr(fw, "download", lambda url, path: write_shard(path, np.arange(70, dtype=np.uint16)))
+    fw.prepare("fineweb10B", train_shards=3, out_dir=out)       # re-run, as the message says
+    assert load_meta(out)["train_tokens"] == 3 * 70
+
+
 def test_fineweb_asks_for_no_more_shards_than_exist_and_records_edu(tmp_path, monkeypatch):
     """--train_shards past what the dataset has (103 for FineWeb, 99 for FineWeb-Edu) fetches what there is,
     not names that do not exist; and FineWeb-Edu's meta.json remakes FineWeb-Edu, not FineWeb."""

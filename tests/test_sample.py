@@ -225,8 +225,8 @@ def test_gpt2_checkpoint_without_its_tokenizer_is_refused_without_a_byte_fallbac
 
 
 @pytest.mark.parametrize("damage,message", [
-    ("garbage", " is not a checkpoint train.py wrote: "),
-    ("truncated", " is not a checkpoint train.py wrote: "),
+    ("garbage", " cannot be read as a checkpoint (truncated or damaged, or not one train.py wrote): "),
+    ("truncated", " cannot be read as a checkpoint (truncated or damaged, or not one train.py wrote): "),
     ("no meta", " has no 'meta'"),
     ("no model_args", " has no 'model_args'"),
     ("no tokenizer", " has no 'meta' with 'tokenizer'"),

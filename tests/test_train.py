@@ -1,5 +1,6 @@
 """train.py and sample.py on CPU: config errors, a run whose loss falls, exact resume, DDP (2 gloo processes)
 against 1 process with the same global batch, a non-finite loss, context extension, sampling."""
+import collections
 import dataclasses
 import json
 import os
@@ -190,8 +191,11 @@ def test_data_errors_stop_with_a_message(data_dir, tmp_path):
     """No traceback for a dataset that is not there or a corrupt shard: a message that names the file."""
     with pytest.raises(SystemExit, match=r"dataset='no_such_dataset': no folder .*no_such_dataset; a name is"):
         train.main(args(data_dir, tmp_path / "a", "--dataset=no_such_dataset"))
-    # FineWeb's folders are written by data/fineweb/prepare.py, not by a script inside them: name it
-    for name, command in (("fineweb10B", "data/fineweb/prepare.py$"), ("finewebedu10B", "data/fineweb/prepare.py --edu$")):
+    # FineWeb's folders are written by data/fineweb/prepare.py, not by a script inside them: name it, and
+    # say that its default of 8 shards is less than config/fineweb.py reads
+    more = re.escape(" (8 train shards of 100M tokens; --train_shards=N for more, 103 for config/fineweb.py's 10B)")
+    for name, command in (("fineweb10B", f"data/fineweb/prepare.py{more}$"),
+                          ("finewebedu10B", f"data/fineweb/prepare.py --edu{more}$")):
         if not os.path.exists(os.path.join(train.HERE, "data", name)):
             with pytest.raises(SystemExit, match=f"dataset='{name}': no folder .*{name}; run: python .*{command}"):
                 train.main(args(data_dir, tmp_path / "a", f"--dataset={name}"))
@@ -307,7 +311,7 @@ def test_unreadable_or_foreign_checkpoints_are_named(data_dir, tmp_path):
     good = ckpt.read_bytes()
     for content in (b"garbage", good[:len(good) // 2]):
         ckpt.write_bytes(content)
-        with pytest.raises(SystemExit, match=re.escape(f"{ckpt} is not a checkpoint train.py wrote: ")):
+        with pytest.raises(SystemExit, match=re.escape(f"{ckpt} cannot be read as a checkpoint (truncated or damaged")):
             train.main(args(data_dir, out, "--max_iters=4", "--init_from=resume"))
     torch.save({"model": {}, "iter_num": 2}, ckpt)
     with pytest.raises(SystemExit, match=re.escape(f"{ckpt} has no 'optimizer', 'model_args', 'best_val_loss', 'rng': "
@@ -638,6 +642,21 @@ def test_a_run_longer_than_its_data_says_so(tmp_path, capsys):
     assert "train split's tokens" not in capsys.readouterr().out, "1,792 tokens of 1,801: less than one pass"
 
 
+def test_a_new_run_says_what_becomes_of_an_earlier_checkpoint(data_dir, tmp_path, capsys):
+    """A new run in a folder with a checkpoint replaces it at its first save, and says so; one that saves
+    none (save_checkpoint=False) keeps it, and must not say it replaces it."""
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2"))
+    ckpt = (out / "ckpt.pt").read_bytes()
+    capsys.readouterr()
+    train.main(args(data_dir, out, "--max_iters=1", "--save_checkpoint=False"))
+    said = capsys.readouterr().out
+    assert "is an earlier run's; this run saves none (save_checkpoint=False), so it stays" in said, said
+    assert (out / "ckpt.pt").read_bytes() == ckpt
+    train.main(args(data_dir, out, "--max_iters=1"))
+    assert "is an earlier run's; this run replaces it at its first save" in capsys.readouterr().out
+
+
 def test_set_aside_never_overwrites(tmp_path):
     """Logs moved aside are named by their last-modified second; two in the same second both stay."""
     path = tmp_path / "metrics.jsonl"
@@ -852,6 +871,13 @@ def test_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
             return os.makedirs, (str(tmp_path / "ran"),)
     path = tmp_path / "ckpt.pt"
     torch.save({k: Payload() if k == "model" else {} for k in train.RESUME_KEYS}, path)
-    with pytest.raises(SystemExit, match=re.escape(str(path)) + " holds objects other than tensors.*refused"):
+    with pytest.raises(SystemExit, match=re.escape(str(path)) + " holds objects other than tensors.*refused") as e:
         train.load_checkpoint(str(path))
     assert not (tmp_path / "ran").exists(), "loading the checkpoint ran the code in it"
+    assert "os.makedirs" in str(e.value), str(e.value)
+    # a function whose module torch does not block outright: its reason comes with advice, on the same
+    # line, to allowlist the very function refused, which the message must leave out
+    torch.save({"model": collections.OrderedDict(), "x": print}, path)
+    with pytest.raises(SystemExit, match=re.escape(str(path)) + " holds objects other than tensors.*refused") as e:
+        train.load_checkpoint(str(path))
+    assert "GLOBAL print" in str(e.value) and "safe_globals" not in str(e.value), str(e.value)

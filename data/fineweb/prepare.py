@@ -45,6 +45,9 @@ def prepare(name="fineweb10B", train_shards=8, out_dir=None):
     repo, prefix, available = SOURCES[name]
     out_dir = out_dir or os.path.join(DATA, name)
     os.makedirs(out_dir, exist_ok=True)
+    meta = os.path.join(out_dir, "meta.json")
+    if os.path.exists(meta):  # an earlier run's counts: incomplete until rewritten below (a download may stop)
+        os.remove(meta)
     files = [f"{prefix}_val_000000.bin"]
     files += [f"{prefix}_train_{i:06d}.bin" for i in range(1, min(train_shards, available) + 1)]
     counts = {"val_tokens": 0, "train_tokens": 0}

@@ -3,7 +3,7 @@ Tiny Shakespeare (1.1 MB): downloaded once to data/shakespeare/input.txt, or tak
 The first 90% of the characters are train, the last 10% val (nanoGPT's split).
 
     python data/shakespeare/prepare.py                                   # download
-    python data/shakespeare/prepare.py --input=../shared/datasets/tinyshakespeare.txt   # offline
+    python data/shakespeare/prepare.py --input=path/to/tinyshakespeare.txt   # offline, from a copy
     python data/shakespeare/prepare.py --tokenizer=bytes                 # byte-level, like shakespeare_char
 """
 import argparse
