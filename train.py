@@ -429,7 +429,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         ready = sorted(d for d in os.listdir(data) if os.path.exists(os.path.join(data, d, "meta.json")))
         known = known_prepare_command(data_dir)
         if known and "data/fineweb/" in known:  # the script's 8 shards by default are less than a 10B-token run reads
-            known += " (8 train shards of 100M tokens; --train_shards=N for more, 103 for config/fineweb.py's 10B)"
+            known += (" (8 train shards of 100M tokens; --train_shards=N for more: " +
+                      ("99 for all of FineWeb-Edu 10B)" if "--edu" in known else
+                       "103 for all of FineWeb 10B, as config/fineweb.py reads)"))
         raise SystemExit(f"dataset={cfg.dataset!r}: no folder {data_dir}; " + (f"run: {known}" if known else
                          f"a name is a prepared folder under data/ (here: {', '.join(ready) or 'none yet'}; builtin "
                          "prepares itself, README, Datasets, says how to prepare the others), or give a path"))

@@ -193,9 +193,10 @@ def test_data_errors_stop_with_a_message(data_dir, tmp_path):
         train.main(args(data_dir, tmp_path / "a", "--dataset=no_such_dataset"))
     # FineWeb's folders are written by data/fineweb/prepare.py, not by a script inside them: name it, and
     # say that its default of 8 shards is less than config/fineweb.py reads
-    more = re.escape(" (8 train shards of 100M tokens; --train_shards=N for more, 103 for config/fineweb.py's 10B)")
-    for name, command in (("fineweb10B", f"data/fineweb/prepare.py{more}$"),
-                          ("finewebedu10B", f"data/fineweb/prepare.py --edu{more}$")):
+    more = re.escape(" (8 train shards of 100M tokens; --train_shards=N for more: ")
+    for name, command in (
+            ("fineweb10B", f"data/fineweb/prepare.py{more}103 for all of FineWeb 10B, as config/fineweb.py reads\\)$"),
+            ("finewebedu10B", f"data/fineweb/prepare.py --edu{more}99 for all of FineWeb-Edu 10B\\)$")):
         if not os.path.exists(os.path.join(train.HERE, "data", name)):
             with pytest.raises(SystemExit, match=f"dataset='{name}': no folder .*{name}; run: python .*{command}"):
                 train.main(args(data_dir, tmp_path / "a", f"--dataset={name}"))
