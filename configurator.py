@@ -82,7 +82,9 @@ def _convert(key, value, typ, where):
 def _set(cfg, key, value, where, hints):
     if key not in hints:
         close = difflib.get_close_matches(key, list(hints), n=1)
-        raise ConfigError(f"unknown config key {key!r} ({where})" + (f"; did you mean {close[0]!r}?" if close else ""))
+        helper = "" if where.startswith("--") else "; a preset's own helper values need names that start with _"
+        raise ConfigError(f"unknown config key {key!r} ({where})" + (f"; did you mean {close[0]!r}?" if close else "")
+                          + helper)
     setattr(cfg, key, _convert(key, value, hints[key], where))
 
 

@@ -861,6 +861,11 @@ def test_preset_may_import_and_define_helpers(tmp_path):
                       "def heads(width):\n    return width // 64\nn_layer = int(sqrt(16))\nn_head = heads(256)\n")
     cfg = configurator.parse(train.TrainConfig(), [str(preset)])
     assert (cfg.n_layer, cfg.n_head) == (4, 4)
+    # a helper value is a setting unless its name starts with _: the error says so
+    preset.write_text("_layers = 4\nn_layer = _layers\nwidth = 256\nn_embd = width\n")
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"unknown config key 'width' ({preset})") +
+                       ".*a preset's own helper values need names that start with _"):
+        configurator.parse(train.TrainConfig(), [str(preset)])
 
 
 def test_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
