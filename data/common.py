@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 
 import numpy as np
 
@@ -140,8 +141,10 @@ def write_shard(path, tokens):
 
 def command_line(script, **options):
     """`python <script> --key=value ...` for the options given a value (None: left out; True: a bare flag): the
-    command that remakes a dataset with its non-default settings, which meta.json keeps for error messages."""
-    flags = [f"--{k}" if v is True else f"--{k}={v}" for k, v in options.items() if v is not None and v is not False]
+    command that remakes a dataset with its non-default settings, which meta.json keeps for error messages.
+    Values are shell-quoted: the errors hand this line to the user to paste, spaces in a path and all."""
+    flags = [f"--{k}" if v is True else f"--{k}={shlex.quote(str(v))}" for k, v in options.items()
+             if v is not None and v is not False]
     return " ".join(["python", script, *flags])
 
 

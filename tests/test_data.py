@@ -565,6 +565,47 @@ def test_text_that_is_not_utf8_is_refused_naming_the_file(tmp_path):
     assert not os.path.exists(tmp_path / "out" / "meta.json"), "a stopped preparation must not look complete"
 
 
+def test_a_rerun_that_meets_a_bad_file_keeps_the_dataset_it_had(tmp_path):
+    """A re-run of a folder that now holds a Latin-1 file stopped partway: it had already deleted meta.json
+    and rewritten a shard, so the working dataset was lost along with the command that made it."""
+    from data.text.prepare import prepare
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"f{i}.txt").write_text(f"document {i} " * 20)
+    prepare(str(docs), str(out), tokenizer="bytes")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (docs / "zz_latin1.txt").write_bytes("caf\u00e9 ".encode("latin-1") * 20)
+    with pytest.raises(SystemExit, match=r"zz_latin1\.txt is not UTF-8 text"):
+        prepare(str(docs), str(out), tokenizer="bytes")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "the earlier dataset was changed"
+
+
+def test_the_remake_command_quotes_paths_with_spaces(tmp_path):
+    """Errors hand the user meta.json's command to paste: a path with a space must come back quoted."""
+    import shlex
+    from data.text.prepare import prepare
+    src = tmp_path / "My Notes" / "a b.txt"
+    src.parent.mkdir()
+    src.write_text("abcdefghij" * 10)
+    out = tmp_path / "out dir"
+    prepare(str(src), str(out), tokenizer="bytes")
+    command = load_meta(str(out))["prepare"]
+    assert shlex.split(command) == ["python", "data/text/prepare.py", f"--input={src}", f"--out_dir={out}",
+                                    "--tokenizer=bytes"], command
+
+
+@pytest.mark.parametrize("n", [0, -3])
+def test_fineweb_refuses_fewer_than_one_train_shard(tmp_path, monkeypatch, n):
+    """--train_shards=0 (or below) wrote a meta.json for a folder with no train data, and the trainer's
+    error then told the user to run the same command again."""
+    from data.fineweb import prepare as fw
+    monkeypatch.setattr(fw, "download", lambda url, path: pytest.fail(f"downloaded {url}"))
+    with pytest.raises(SystemExit, match=rf"--train_shards={n}: need 1 or more \(each is 100M tokens; 103 exist\)"):
+        fw.prepare("fineweb10B", train_shards=n, out_dir=str(tmp_path / "fw"))
+    assert not os.path.exists(tmp_path / "fw" / "meta.json")
+
+
 def test_file_names_that_are_not_utf8_still_sort(tmp_path):
     """Linux hands such names to Python as lone surrogates, which str.encode() refuses: preparing a folder
     holding one stopped with a traceback. UTF-8 names hash as before, so existing datasets keep their order."""

@@ -43,6 +43,8 @@ def download(url, path):
 
 def prepare(name="fineweb10B", train_shards=8, out_dir=None):
     repo, prefix, available = SOURCES[name]
+    if train_shards < 1:  # train.py needs train shards; a val-only folder would be recorded as a dataset
+        raise SystemExit(f"--train_shards={train_shards}: need 1 or more (each is 100M tokens; {available} exist)")
     out_dir = out_dir or os.path.join(DATA, name)
     os.makedirs(out_dir, exist_ok=True)
     meta = os.path.join(out_dir, "meta.json")
@@ -66,10 +68,7 @@ def prepare(name="fineweb10B", train_shards=8, out_dir=None):
         counts["val_tokens" if "_val_" in fname else "train_tokens"] += len(tokens)
     # train shards beyond the ones asked for (an earlier run asked for more) are kept, and the loader reads
     # every shard in the folder, so they are counted too
-    try:
-        present = shard_paths(out_dir, "train")
-    except FileNotFoundError:  # --train_shards=0
-        present = []
+    present = shard_paths(out_dir, "train")
     extra = sorted(set(present) - {os.path.join(out_dir, f) for f in files})
     for path in extra:
         counts["train_tokens"] += len(read_shard(path))

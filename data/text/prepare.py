@@ -49,6 +49,10 @@ def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=DEFAULT_EXTS, comma
         files.sort(key=path_order)
         n_val = max(1, len(files) // 100)
         full = [os.path.join(input_path, f) for f in files]
+        # every file must read as UTF-8 before the first shard is overwritten: one found bad halfway would
+        # leave a re-run's folder half old dataset, half new, with its meta.json gone
+        for path in tqdm(full, unit="file", desc="checking UTF-8", disable=None):
+            read_text(path)
         splits, n_docs = {"val": map(read_text, full[:n_val]), "train": map(read_text, full[n_val:])}, len(full)
         source = f"{input_path} ({len(files)} files, {n_val} of them val)"
     else:
