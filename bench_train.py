@@ -53,6 +53,11 @@ def peak_gib(device):
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
 
 
+def batch_size(tokens_per_step, block_size):
+    """Whole sequences per step: tokens_per_step rounded down to a multiple of block_size (one at least)."""
+    return max(1, tokens_per_step // block_size)
+
+
 def bench(cfg, attention, block_size, device):
     backend = SDPA_BACKENDS.get(attention)
     try:
@@ -65,7 +70,7 @@ def bench(cfg, attention, block_size, device):
                           attention=path)).to(device)
     optimizer = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)
     step_model = torch.compile(model) if cfg.compile else model
-    batch = max(1, cfg.tokens_per_step // block_size)
+    batch = batch_size(cfg.tokens_per_step, block_size)
     x = torch.randint(0, cfg.vocab_size, (batch, block_size + 1), device=device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     sdpa = ExitStack()
@@ -143,6 +148,15 @@ def load_config(argv):
     return cfg, attentions, block_sizes
 
 
+def steps_tokens(tokens_per_step, block_sizes):
+    """The header's tokens per step: what each block size really runs, which a T that does not divide
+    tokens_per_step rounds (65,536 at T=3072 is 21 sequences, 64,512 tokens)."""
+    runs = {T: batch_size(tokens_per_step, T) * T for T in block_sizes}
+    if len(set(runs.values())) == 1:
+        return f"{next(iter(runs.values())):,} tokens/step"
+    return "tokens/step " + ", ".join(f"{n:,} at T={T}" for T, n in runs.items())
+
+
 def main(argv=None):
     try:
         cfg, attentions, block_sizes = load_config(sys.argv[1:] if argv is None else argv)
@@ -160,7 +174,7 @@ def main(argv=None):
         torch.backends.cuda.matmul.allow_tf32 = True
     print(f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'} | torch {torch.__version__} | "
           f"{cfg.n_layer} layers, d={cfg.n_embd}, {cfg.n_head} heads (head dim {cfg.n_embd // cfg.n_head}) | "
-          f"{cfg.tokens_per_step:,} tokens/step | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} "
+          f"{steps_tokens(cfg.tokens_per_step, block_sizes)} | compile={cfg.compile} | {cfg.warmup} warm-up + {cfg.steps} "
           "timed steps", flush=True)
     print("\n| T | attention | tokens/s | vs first | MFU (bf16 peak) | peak GiB |\n|---|---|---|---|---|---|", flush=True)
     for block_size in block_sizes:  # each row as soon as it is measured: a long run shows its progress

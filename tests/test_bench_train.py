@@ -77,6 +77,19 @@ def test_main_table_ratios(monkeypatch, capsys):
         ["4096", "fp8", "200,000", "0.80x", "n/a", "n/a"]]
 
 
+@pytest.mark.parametrize("args,header", [
+    ([], "| 65,536 tokens/step |"),
+    (["--block_sizes=1024,3072"], "| tokens/step 65,536 at T=1024, 64,512 at T=3072 |"),
+    (["--tokens_per_step=100", "--block_sizes=64"], "| 64 tokens/step |"),
+])
+def test_header_gives_the_tokens_each_step_runs(monkeypatch, capsys, args, header):
+    """The header printed the tokens asked for (65,536) where a block size that does not divide them ran
+    fewer (21 x 3072 = 64,512), or more (one whole sequence past a tokens_per_step below block_size)."""
+    monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, block_size, device: (1.0, None, float("nan")))
+    bench_train.main(["--device=cpu", "--attentions=sdpa", *args])
+    assert header in capsys.readouterr().out.splitlines()[0]
+
+
 def test_peak_gib(monkeypatch):
     """The table's peak memory column is in GiB (2**30 bytes), of the CUDA device; nan on CPU."""
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30 + 2**29)
