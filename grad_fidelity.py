@@ -165,6 +165,8 @@ def load_model(ckpt, path, init, device, fp8):
     missing = [k for k in ARCH_KEYS + ("block_size", "vocab_size") if not isinstance(model_args, dict) or k not in model_args]
     if missing:
         raise SystemExit(f"{path}: model_args has no {', '.join(missing)}: not a checkpoint train.py wrote")
+    if model_args["n_layer"] < 1:
+        raise SystemExit(f"{path}: n_layer={model_args['n_layer']}, so no attention gradient to measure")
     why = shape_problem(model_args["n_embd"], model_args["n_head"], model_args["n_kv_head"], model_args["pos"])
     if why:
         raise SystemExit(f"{path}: {why}")
@@ -192,6 +194,8 @@ def check_settings(arms, batches, batch_size, json_path):
                          f"{', '.join(ARMS)}")
     if batches < 1 or batch_size < 1:
         raise SystemExit(f"batches={batches}, batch_size={batch_size}: both must be at least 1")
+    if json_path and os.path.isdir(json_path):
+        raise SystemExit(f"json={json_path} is a folder: name a file to write (in it, say)")
     if json_path and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
         raise SystemExit(f"json={json_path}: no folder {os.path.dirname(os.path.abspath(json_path))} to write it in")
     return names
@@ -219,6 +223,14 @@ def main(argv=None):
     T, n = arch.block_size, cfg.batches * cfg.batch_size
     try:
         meta = load_meta(data_dir)
+        # the folder may have been prepared again since: tokens of another tokenizer either index past the
+        # embedding or, fewer of them (bytes under a GPT-2 model), give a table of a text the model never read
+        trained_on = ckpt.get("meta", {})
+        if (trained_on.get("tokenizer"), trained_on.get("vocab_size")) not in ((meta["tokenizer"], meta["vocab_size"]),
+                                                                              (None, None)):
+            raise SystemExit(f"{path} was trained on {trained_on.get('tokenizer')} tokens (vocab "
+                             f"{trained_on.get('vocab_size')}), but {data_dir} now holds {meta['tokenizer']} tokens "
+                             f"(vocab {meta['vocab_size']}): prepare it again as the run had it")
         windows = val_windows(data_dir, T, 2 * n * T, meta["vocab_size"])
     except (OSError, ValueError) as e:
         raise SystemExit(f"the checkpoint's dataset {data_dir}: {e}")

@@ -151,7 +151,18 @@ def test_errors_name_the_problem(data_dir, tmp_path):  # noqa: F811
         grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", "--batches=1000"])
     with pytest.raises(SystemExit, match="json=.*no folder"):
         grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", f"--json={tmp_path / 'no' / 'x.json'}"])
+    with pytest.raises(SystemExit, match="json=.* is a folder"):
+        grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", f"--json={tmp_path}"])
     ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    # the dataset prepared again with another tokenizer since the run: bytes fit a GPT-2 model's embedding,
+    # so nothing failed and the table measured text the model never read
+    torch.save(dict(ckpt, meta=dict(ckpt["meta"], tokenizer="gpt2", vocab_size=50257)), out / "ckpt.pt")
+    with pytest.raises(SystemExit, match=r"was trained on gpt2 tokens \(vocab 50257\), but .* now holds bytes tokens "
+                                         r"\(vocab 257\): prepare it again"):
+        grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa"])
+    train.main(args(data_dir, tmp_path / "no_layers", "--max_iters=1", "--n_layer=0"))  # train.py takes it
+    with pytest.raises(SystemExit, match="n_layer=0, so no attention gradient to measure"):
+        grad_fidelity.main([f"--out_dir={tmp_path / 'no_layers'}", "--device=cpu", "--arms=sdpa"])
     torch.save(dict(ckpt, model_args=dict(ckpt["model_args"], n_head=0)), out / "ckpt.pt")
     with pytest.raises(SystemExit, match="must be a multiple of n_head=0"):
         grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa"])
