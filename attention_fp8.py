@@ -802,9 +802,12 @@ def _is_hopper(device):
         return False
     try:
         import attention_fp8_hopper  # noqa: F401
-    except ImportError as e:
-        warnings.warn(f"attention_fp8: the Gluon kernels for Hopper need Triton's Gluon API, which triton "
-                      f"{triton.__version__} lacks ({e}); the Triton kernels run instead, more slowly")
+    except ImportError as e:  # attention_fp8.py copied alone, or a Triton without Gluon's Hopper API
+        missing = ("attention_fp8_hopper.py beside attention_fp8.py, on the import path"
+                   if e.name == "attention_fp8_hopper" else
+                   f"Triton's Gluon API, which triton {triton.__version__} lacks ({e})")
+        warnings.warn(f"attention_fp8: the Gluon kernels for Hopper need {missing}; the Triton kernels run "
+                      "instead, more slowly")
         return False
     return True
 

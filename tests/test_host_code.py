@@ -274,3 +274,19 @@ def test_sm_scale_must_fit_fp32():
     with pytest.raises(ValueError, match="too large for the kernels' fp32 arithmetic"):
         A.attention(q, q, q, sm_scale=1e39)
     assert A._causal_and_scale(q, True, 1e30) == (True, 1e30)
+
+
+@pytest.mark.parametrize("hidden,words", [
+    ("attention_fp8_hopper", "need attention_fp8_hopper.py beside attention_fp8.py, on the import path;"),
+    ("triton.experimental.gluon", "need Triton's Gluon API, which triton"),
+])
+def test_a_hopper_without_the_gluon_kernels_says_which_is_missing(monkeypatch, hidden, words):
+    """attention_fp8.py copied alone (the README once said it was all you need) fell back to the slower
+    kernels on an H100 with a warning that blamed Triton; it must name the file that is missing."""
+    import sys
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    for name in [m for m in sys.modules if m == "attention_fp8_hopper" or m.startswith("triton.experimental.gluon")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, hidden, None)    # the import fails as if it were not installed
+    with pytest.warns(UserWarning, match=words):
+        assert A._is_hopper.__wrapped__(torch.device("cuda")) is False
