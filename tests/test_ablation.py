@@ -89,8 +89,10 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
     base = [5.0 - 0.1 * i for i in iters]
     arms = {"sdpa": (base, [6.0, 5.5, 5.1]),
             "fp8_stale": ([b - 0.02 * i for i, b in enumerate(base)], [5.9, 5.3, 4.8]),
-            "fp8": ([b + 0.01 * i for i, b in enumerate(base)], [6.1, 5.7, 5.4])}
-    monitor = {"fp8_stale": (1e-2, 2e-2, 3e-3), "fp8": (1.1e-2, 2.5e-2, 2e-3), "sdpa": (1.2e-2, 3e-2, 1e-3)}
+            "fp8": ([b + 0.01 * i for i, b in enumerate(base)], [6.1, 5.7, 5.4]),
+            "fp8_seed2": ([b + 0.03 * i for i, b in enumerate(base)], [6.2, 5.8, 5.6])}   # not a default arm
+    monitor = {"fp8_stale": (1e-2, 2e-2, 3e-3), "fp8": (1.1e-2, 2.5e-2, 2e-3), "sdpa": (1.2e-2, 3e-2, 1e-3),
+               "fp8_seed2": (1.3e-2, 2.6e-2, 4e-3)}
     for arm, (loss, val) in arms.items():
         mismatch, stale, matched = monitor[arm]
         rows = [{"iter": i, "loss": x} for i, x in zip(iters, loss)]
@@ -100,7 +102,7 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
     ablation.plot()
     assert saved == [str(tmp_path / "ablation.png")]
     loss_ax, diff_ax, mon_ax = (ax.series for ax in axes)
-    assert set(loss_ax) == set(arms) and set(diff_ax) == {f"{a}: {s}" for a in ("fp8_stale", "fp8")
+    assert set(loss_ax) == set(arms) and set(diff_ax) == {f"{a}: {s}" for a in ("fp8_stale", "fp8", "fp8_seed2")
                                                          for s in ("train (smoothed)", "val")}
     for arm, (loss, val) in arms.items():
         assert loss_ax[arm] == (iters, pytest.approx(_trailing_mean(loss, 3))), arm
@@ -112,7 +114,8 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
             want = _trailing_mean([x - b for x, b in zip(loss, base)], 5)
             assert diff_ax[f"{arm}: train (smoothed)"] == (iters, pytest.approx(want)), arm
             assert diff_ax[f"{arm}: val"] == ([0, 5, 9], pytest.approx([x - b for x, b in zip(val, arms["sdpa"][1])]))
-    assert "| fp8 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| fp8 |" in out and "| fp8_seed2 |" in out
 
 
 def test_run_commands(monkeypatch):
@@ -188,3 +191,10 @@ def test_each_arm_trains_the_path_its_name_says():
         assert path == name.split("_seed")[0], f"arm {name} trains {path}"
         assert ("_seed" in name) == (seed != 1337), f"arm {name} has seed {seed}"
     assert len(set(ablation.ARMS.values())) == len(ablation.ARMS)
+    # and every arm of one seed suffix has that suffix's seed: a seed-3 comparison between paths must not
+    # also compare seeds
+    seeds = {}
+    for name, (path, seed) in ablation.ARMS.items():
+        seeds.setdefault(name[len(path):], set()).add(seed)
+    assert all(len(s) == 1 for s in seeds.values()), seeds
+    assert len({s.pop() for s in seeds.values()}) == len(seeds), "two suffixes share a seed"

@@ -74,6 +74,84 @@ def test_relative_error_is_that_of_the_rows_changed():
         assert err[key] == 0, key
 
 
+def _two_batches(vocab=64, T=16):
+    x = torch.randint(0, vocab, (4, T + 1), generator=torch.Generator().manual_seed(1))
+    return [(x[:2, :-1], x[:2, 1:]), (x[2:, :-1], x[2:, 1:])]
+
+
+def test_step_gradient_is_the_mean_of_the_micro_batches():
+    """As train.py accumulates a step: (g1 + g2) / 2, not the last micro-batch's gradient / 2 (a
+    zero_grad inside the loop) nor the sum."""
+    gpt, cpu = tiny_gpt(), torch.device("cpu")
+    b1, b2 = _two_batches()
+    both = grad_fidelity.step_gradient(gpt, [b1, b2], "sdpa", "fp32", cpu)
+    g1 = grad_fidelity.step_gradient(gpt, [b1], "sdpa", "fp32", cpu)
+    g2 = grad_fidelity.step_gradient(gpt, [b2], "sdpa", "fp32", cpu)
+    for name in both:
+        torch.testing.assert_close(both[name], (g1[name] + g2[name]) / 2, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_the_reference_runs_with_tf32_off_and_math_attention():
+    """Seen from inside the model's forward and backward: TF32 off for both matmul settings (train.py
+    turns them on) and SDPA forced to its math backend; both restored after."""
+    gpt, cpu = tiny_gpt(), torch.device("cpu")
+    seen = []
+    flags = lambda: (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                     torch.backends.cuda.math_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+                     torch.backends.cuda.mem_efficient_sdp_enabled(), torch.backends.cuda.cudnn_sdp_enabled())
+    attn = gpt.transformer.h[0].attn
+    attn.register_forward_hook(lambda *a: seen.append(("forward", flags())))
+    attn.register_full_backward_hook(lambda *a: seen.append(("backward", flags())))
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        grad_fidelity.reference_gradient(gpt, _two_batches(), cpu)
+        assert flags()[:3] == (True, True, True), "TF32 or the SDPA backends were not restored"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    assert [k for k, _ in seen] == ["forward", "backward", "forward", "backward"], seen
+    assert all(f == (False, False, True, False, False, False) for _, f in seen), seen
+
+
+def test_the_noise_column_is_the_other_batches_against_the_reference():
+    """'other batches' = ||g_other - g_ref|| / ||g_ref||, the reference's norm below (swapped, it is
+    another figure), and each arm against the same reference."""
+    gpt, cpu = tiny_gpt(), torch.device("cpu")
+    x = torch.randint(0, 64, (8, 17), generator=torch.Generator().manual_seed(2))
+    batches, other = grad_fidelity.batch_sets(x, 4, 2)
+    table = grad_fidelity.measure(gpt, batches, other, ["sdpa"], cpu)
+    groups = grad_fidelity.param_groups(gpt)
+    ref = grad_fidelity.reference_gradient(gpt, batches, cpu)
+    want = grad_fidelity.relative_errors(grad_fidelity.reference_gradient(gpt, other, cpu), ref, groups)
+    assert table["other batches"] == pytest.approx(want, rel=1e-9)
+    swapped = grad_fidelity.relative_errors(ref, grad_fidelity.reference_gradient(gpt, other, cpu), groups)
+    assert table["other batches"]["all"] != pytest.approx(swapped["all"], rel=1e-3)    # the test can tell them apart
+    sdpa = grad_fidelity.relative_errors(grad_fidelity.step_gradient(gpt, batches, "sdpa", "bf16", cpu), ref, groups)
+    assert table["sdpa"] == pytest.approx(sdpa, rel=1e-9)
+
+
+def test_markdown_keeps_the_columns_order_and_prints_percent():
+    table = {"other batches": {"W_q": 0.01234, "all": 0.5}, "fp8": {"W_q": 0.000456, "all": 0.02}}
+    assert grad_fidelity.markdown(table, ["W_q", "all"]) == (
+        "| parameters | other batches | fp8 |\n|---|---|---|\n| W_q | 1.23% | 0.0456% |\n| all | 50% | 2% |")
+
+
+def test_json_record_and_printed_table_agree(data_dir, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=1"))
+    capsys.readouterr()
+    path = tmp_path / "g.json"
+    grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", "--batches=1", "--batch_size=3",
+                        f"--json={path}"])
+    record = json.loads(path.read_text())
+    assert (record["batches"], record["batch_size"], record["block_size"]) == (1, 3, 32), record
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| parameters |"))
+    assert [c.strip() for c in lines[header].split("|")[2:-1]] == list(record["errors"]) == ["other batches", "sdpa"]
+    for line in lines[header + 2:header + 2 + len(grad_fidelity.GROUPS) + 1]:
+        row, *cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert cells == [f"{100 * record['errors'][c][row]:.3g}%" for c in record["errors"]], line
+
+
 @pytest.mark.parametrize("device", ["cpu"] + ["cuda"] * torch.cuda.is_available())
 def test_reference_is_fp32_attention_in_an_fp32_model(device):
     # the reference against the same model in float64: fp32 rounding only (a bf16 or TF32 step anywhere, or
