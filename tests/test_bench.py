@@ -117,6 +117,8 @@ def fake_gpu(monkeypatch):
         finally:
             state.dry = dry
         who = state.calls[-1]
+        # forward+backward timed without grad_to_none adds a gradient-accumulation kernel to every call
+        assert kind != "fwdbwd" or len(grad_to_none or []) == 3, f"{who}: fwd+bwd timed with grad_to_none={grad_to_none}"
         n = state.counts[who, kind] = state.counts.get((who, kind), -1) + 1
         table = {"fwd": FWD, "fwdbwd": FWDBWD, "graph": GRAPH}[kind]
         return table[who] * ROUND_FACTORS[n % 3] * state.scale
@@ -144,18 +146,20 @@ def test_rel_err_is_relative_to_the_reference():
     assert B.rel_err(torch.tensor([0.0, 0.0]), ref) == pytest.approx(1.0)
 
 
-def test_bench_shape_figures(fake_gpu):
-    """bench_shape's row: TFLOP/s as FlashAttention counts them (causal forward 4BHN^2D/2, forward+backward
-    3.5x that), the pre-pass share 1 - stale/matched of forward+backward time, the stale arm timed on the
-    stale kernel, peak memory above the base in MiB, and each method's error against an FP32 reference
-    with the same dO, per tensor."""
-    row = B.bench_shape(*SHAPE, causal=True)
+@pytest.mark.parametrize("causal", [True, False])
+def test_bench_shape_figures(fake_gpu, causal):
+    """bench_shape's row: TFLOP/s as FlashAttention counts them (forward 4BHN^2D, half that causal;
+    forward+backward 3.5x that), the pre-pass share 1 - stale/matched of forward+backward time, the stale
+    arm timed on the stale kernel, peak memory above the base in MiB, and each method's error against an
+    FP32 reference of the same mask with the same dO, per tensor."""
+    row = B.bench_shape(*SHAPE, causal=causal)
+    flops = CAUSAL_FLOPS * (1 if causal else 2)
     assert set(row) == {"shape", "causal", "fp8_matched", "fp8_stale", "cudnn", "flash", "prepass_share"}
     for m in ("fp8_matched", "fp8_stale", "cudnn", "flash"):
         r = row[m]
         assert r["fwd_ms"] == FWD[m] and r["fwdbwd_ms"] == FWDBWD[m], (m, r)
-        assert r["fwd_tflops"] == pytest.approx(tflops(CAUSAL_FLOPS, FWD[m]), rel=1e-12), m
-        assert r["fwdbwd_tflops"] == pytest.approx(tflops(3.5 * CAUSAL_FLOPS, FWDBWD[m]), rel=1e-12), m
+        assert r["fwd_tflops"] == pytest.approx(tflops(flops, FWD[m]), rel=1e-12), m
+        assert r["fwdbwd_tflops"] == pytest.approx(tflops(3.5 * flops, FWDBWD[m]), rel=1e-12), m
         assert r["peak_mib"] == PEAK_BYTES[m] / 2**20, m
     assert row["prepass_share"] == pytest.approx((4.0 - 3.0) / 4.0)
 
@@ -163,15 +167,15 @@ def test_bench_shape_figures(fake_gpu):
     q, k, v, do = B.inputs(*SHAPE)
     qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.MATH):
-        of = F.scaled_dot_product_attention(qf, kf, vf, is_causal=True)
+        of = F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal)
     of.backward(do.float())
     ref = {"o": of.detach(), "dq": qf.grad, "dk": kf.grad, "dv": vf.grad}
-    runs = {"fp8_matched": lambda q, k, v: fake_gpu.real_attention(q, k, v, causal=True, delta="matched"),
-            "fp8_stale": lambda q, k, v: fake_gpu.real_attention(q, k, v, causal=True, delta="stale")}
+    runs = {"fp8_matched": lambda q, k, v: fake_gpu.real_attention(q, k, v, causal=causal, delta="matched"),
+            "fp8_stale": lambda q, k, v: fake_gpu.real_attention(q, k, v, causal=causal, delta="stale")}
     for m, backend in (("cudnn", SDPBackend.MATH), ("flash", SDPBackend.FLASH_ATTENTION)):
         def run(q, k, v, backend=backend):
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         runs[m] = run
     for m, f in runs.items():
         qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
@@ -192,14 +196,14 @@ def test_print_table_columns(capsys):
     row = {"shape": "1x2x64x64", "causal": True, "prepass_share": 0.2,
            "fp8_matched": {"fwd_tflops": 300, "fwdbwd_tflops": 240, "peak_mib": 10, **errs(0.01)},
            "fp8_stale": {"fwd_tflops": 300, "fwdbwd_tflops": 250, "peak_mib": 10, **errs(0.02)},
-           "cudnn": {"fwd_tflops": 400, "fwdbwd_tflops": 320, "peak_mib": 20, **errs(0.03)},
+           "cudnn": {"fwd_tflops": 400, "fwdbwd_tflops": 400, "peak_mib": 20, **errs(0.03)},
            "flash": {"fwd_tflops": 150, "fwdbwd_tflops": 100, "peak_mib": 30}}
     B.print_table([row])
     lines = capsys.readouterr().out.splitlines()
     main = next(line for line in lines if line.strip().startswith("1x2x64x64"))
     _, fwd, fwdbwd, peak = main.split("|")
     assert fwd.split() == ["300", "400", "150", "0.75"], main
-    assert fwdbwd.split() == ["240", "250", "320", "100", "0.75", "20.0%"], main
+    assert fwdbwd.split() == ["240", "250", "400", "100", "0.60", "20.0%"], main
     assert peak.split() == ["10", "/", "20"], main
     header = next(line for line in lines if line.startswith("relative error"))
     cols = header.split("(Frobenius)")[1].split()
@@ -251,17 +255,26 @@ KERNEL_EVENTS = {   # (kernel name, GPU us) per forward+backward call
 
 def test_compare_kernels_prepass_share(fake_gpu, monkeypatch, capsys):
     """--kernels: GPU us per call by kernel kind and in all, and the pre-pass's share of the matched GPU time,
-    (matched - stale) / matched, from profiler events."""
+    (matched - stale) / matched, from profiler events: medians of rounds that alternate the order."""
+    order, sessions = [], {}
+
     class Profile:
         def __init__(self, activities=None):
             pass
 
         def __enter__(self):
-            fake_gpu.prof = []
+            fake_gpu.prof, self.start = [], len(fake_gpu.calls)
             return self
 
         def __exit__(self, *exc):
-            fake_gpu.events, fake_gpu.prof = fake_gpu.prof, None
+            who = set(fake_gpu.calls[self.start:])
+            assert len(who) == 1, who
+            who = who.pop()
+            order.append(who)
+            # the k-th profile of a method runs ROUND_FACTORS[k % 3] times as long: the median is the set time
+            k = sessions[who] = sessions.get(who, -1) + 1
+            fake_gpu.events = [(name, t * ROUND_FACTORS[k % 3]) for name, t in fake_gpu.prof]
+            fake_gpu.prof = None
 
         def events(self):
             return [types.SimpleNamespace(device_type=DeviceType.CUDA, name=name,
@@ -269,6 +282,7 @@ def test_compare_kernels_prepass_share(fake_gpu, monkeypatch, capsys):
                     for name, t in fake_gpu.events]
     monkeypatch.setattr(B, "torch_profile", Profile)
     B.compare_kernels([], ["x".join(map(str, SHAPE))], True, rounds=3)
+    assert order == ["fp8_matched", "fp8_stale", "fp8_stale", "fp8_matched", "fp8_matched", "fp8_stale"], order
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     matched = next(line for line in lines if line.startswith("current:"))
     stale = next(line for line in lines if line.startswith("current stale:"))
@@ -291,8 +305,10 @@ class FakeGraph:
         FakeGraph.calls.append(self.who)
 
 
-def test_graphed_tflops(fake_gpu, monkeypatch, capsys):
-    """--graphs: forward+backward TFLOP/s (3.5x the causal forward count) of the eager and the replayed time."""
+@pytest.mark.parametrize("causal", [True, False])
+def test_graphed_tflops(fake_gpu, monkeypatch, capsys, causal):
+    """--graphs: forward+backward TFLOP/s (3.5x the forward count, half of it causal) of the eager and the
+    replayed time."""
     FakeGraph.calls = fake_gpu.calls
     fake_gpu.dry = True         # every call here is for timing
     fake_gpu.scale = 1e-5       # times small enough for TFLOP/s that print as more than 0 at this shape
@@ -307,12 +323,13 @@ def test_graphed_tflops(fake_gpu, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "graph", capture)
-    B.graphed(["x".join(map(str, SHAPE))], True)
+    B.graphed(["x".join(map(str, SHAPE))], causal)
     out = capsys.readouterr().out.splitlines()
+    flops = 3.5 * CAUSAL_FLOPS * (1 if causal else 2)
     for m in ("fp8_matched", "fp8_stale", "cudnn", "flash"):
         line = next(line for line in out if line.split()[:1] == [m]).split()
-        assert line[5] == f"{tflops(3.5 * CAUSAL_FLOPS, FWDBWD[m] * 1e-5):.0f}", line
-        assert line[8] == f"{tflops(3.5 * CAUSAL_FLOPS, GRAPH[m] * 1e-5):.0f}", line
+        assert line[5] == f"{tflops(flops, FWDBWD[m] * 1e-5):.0f}", line
+        assert line[8] == f"{tflops(flops, GRAPH[m] * 1e-5):.0f}", line
         assert float(line[5]) > 10 and float(line[8]) > 10, line
 
 
@@ -348,3 +365,28 @@ def test_sweep_times_the_triton_kernels_it_tiles(monkeypatch):
     assert before[0] and before[1], "test setup: the Gluon kernels should be on for some head dims"
     B.sweep(["fwd", "dkdv"])
     assert seen == [((), ())] and (B.A.HOPPER_FORWARD, B.A.HOPPER_BACKWARD) == before
+
+
+def test_revisions_put_the_current_kernels_last(monkeypatch):
+    """--compare's speedups are against the first label: the first FILE given, with the current kernels last."""
+    monkeypatch.setattr(B, "load_revision", lambda path, i: f"module {i}")
+    assert B.revisions(["old/attention_fp8.py", "wt/rev12/"]) == [
+        ("attention_fp8.py", "module 0"), ("rev12", "module 1"), ("current", attention_fp8)]
+
+
+def test_json_holds_every_shape_row(fake_gpu, monkeypatch, tmp_path):
+    """--json writes the rows of every shape, as bench_shape made them, in the order of --shapes."""
+    made = []
+    real = B.bench_shape
+    monkeypatch.setattr(B, "bench_shape", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake GPU")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 0)
+    path = tmp_path / "rows.json"
+    monkeypatch.setattr(sys, "argv", ["bench_attention.py", "--no-errors", "--json", str(path),
+                                      "--shapes", "1x2x64x64", "1x1x128x64"])
+    fake_gpu.dry = True
+    B.main()
+    rows = json.loads(path.read_text())
+    assert [r["shape"] for r in rows] == ["1x2x64x64", "1x1x128x64"]
+    assert rows == json.loads(json.dumps(B.nan_to_none(made)))
