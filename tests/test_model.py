@@ -88,11 +88,20 @@ def test_scaled_init_and_optimizer_groups():
         proj = torch.cat([getattr(b, branch).c_proj.weight.flatten() for b in m.transformer.h])
         assert abs(proj.std().item() / (0.02 / math.sqrt(16)) - 1) < 0.05, branch
     assert abs(m.transformer.h[0].mlp.c_fc.weight.std().item() / 0.02 - 1) < 0.05
-    opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
-    decay, no_decay = opt.param_groups
-    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
-    assert len(decay["params"]) + len(no_decay["params"]) == len(list(m.parameters()))  # the tied matrix once
+    # the embeddings at 0.02 too (PyTorch's default is N(0, 1), 50x larger), and every bias at zero
+    learned = tiny(pos="learned", bias=True, n_embd=256)
+    for table in (learned.transformer.wte.weight, learned.transformer.wpe.weight):
+        assert abs(table.std().item() / 0.02 - 1) < 0.05
+    assert all(torch.equal(mod.bias, torch.zeros_like(mod.bias)) for mod in learned.modules()
+               if isinstance(mod, torch.nn.Linear) and mod.bias is not None)
+    # every parameter trained, once: QK-norm's gains and the biases too
+    for m in (m, tiny(qk_norm=True, bias=True, pos="learned")):
+        opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+        decay, no_decay = opt.param_groups
+        assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+        assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+        grouped = [id(p) for g in opt.param_groups for p in g["params"]]
+        assert sorted(grouped) == sorted(id(p) for p in m.parameters()), "a parameter in no group, or in two"
 
 
 def test_generate_greedy_and_past_block_size():
@@ -203,6 +212,9 @@ def test_mfu_peak_table():
     want = (6 * N + 12 * 2 * 4 * 16 * T) * T * 10 / 0.5 / 989.5e12
     assert m.estimate_mfu(10, 0.5, "NVIDIA H200") == pytest.approx(want)
     assert m.estimate_mfu(10, 0.5, "cpu") is None
+    gqa = tiny(n_kv_head=2)     # fewer k/v heads: fewer parameters, but every query head still attends
+    want = (6 * gqa.get_num_params() + 12 * 2 * 4 * 16 * T) * T * 10 / 0.5 / 989.5e12
+    assert gqa.estimate_mfu(10, 0.5, "NVIDIA H200") == pytest.approx(want)
 
 
 def test_resolve_attention_on_cpu(monkeypatch):
@@ -421,6 +433,17 @@ def test_generate_top_k_samples_only_and_all_of_the_top_k():
     assert (counts[top] / 4000 - want).abs().max() < 0.03, (counts[top] / 4000, want)
     torch.manual_seed(5)
     assert len(set(m.generate(start.repeat(4000, 1), 1)[:, -1].tolist())) > 5, "top_k=None kept only the top 5"
+    # and at temperature 0.5, probabilities of logits / 0.5 (not / 0.5 twice): logits spread wide enough to tell
+    with torch.no_grad():
+        spread = logits[top].max() - logits[top].min()
+        m.transformer.wte.weight.mul_(0.75 / spread)     # the tied head: a top-5 spread of about 0.75
+        logits = m(start)[0][0, -1]
+    top = logits.topk(5).indices
+    want, twice = ((logits[top].double() / t).softmax(-1) for t in (0.5, 0.25))
+    assert (want - twice).abs().max() > 0.1, "test setup: the two temperatures should differ"
+    torch.manual_seed(6)
+    counts = torch.bincount(m.generate(start.repeat(4000, 1), 1, temperature=0.5, top_k=5)[:, -1], minlength=64)
+    assert (counts[top].double() / 4000 - want).abs().max() < 0.03, (counts[top] / 4000, want)
 
 
 def test_bias_true_adds_and_uses_biases():
@@ -474,3 +497,23 @@ def test_rocm_gpu_is_named_as_such(monkeypatch):
     assert not attention_fp8.fp8_supported("cuda")
     assert M.fp8_unavailable("cuda") == ("AMD Instinct MI300X: an AMD GPU (ROCm), and the kernel is written for "
                                          "NVIDIA's FP8 tensor cores")
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(pos="learned", qk_norm=True, n_kv_head=2, bias=True)])
+def test_whole_forward_is_sequential_pre_norm_blocks(kw):
+    """The GPT from its own parts: embeddings, then per block x + attn(ln_1(x)), then x + mlp(ln_2(x)) on
+    that sum (not a parallel block that feeds both the same x), then ln_f and the tied head."""
+    m = tiny(**kw)
+    m.eval()
+    idx = torch.randint(0, 64, (2, 32))
+    with torch.no_grad():
+        x = m.transformer.wte(idx)
+        if m.config.pos == "learned":
+            x = x + m.transformer.wpe(torch.arange(32))
+        rope = (m.rope_cos[:, :32], m.rope_sin[:, :32]) if m.config.pos == "rope" else None
+        for block in m.transformer.h:
+            x = x + block.attn(block.ln_1(x), rope)
+            x = x + block.mlp(block.ln_2(x))
+        want = F.linear(m.transformer.ln_f(x), m.transformer.wte.weight)
+        got, _ = m(idx, idx)
+    torch.testing.assert_close(got, want)
