@@ -474,7 +474,10 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         iter_num, best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
     model = GPT(GPTConfig(**model_args))
     if ckpt:
-        model.load_state(ckpt["model"])
+        try:
+            model.load_state(ckpt["model"])
+        except RuntimeError as e:  # weights this model.py does not build (another version's, or damaged)
+            raise SystemExit(f"{ckpt_path}: its model does not load here: {' '.join(str(e).split())}")
     model.to(device)
     raw_model = model  # the uncompiled, unwrapped module: clean state_dict keys, estimate_mfu
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device.type)

@@ -4,6 +4,7 @@ import collections
 import dataclasses
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -111,6 +112,7 @@ def test_preset_errors_name_the_key_and_file(tmp_path):
     ("max_iters = True", "max_iters=True ({}): expected a value of type int"),
     ("learning_rate = False", "learning_rate=False ({}): expected a value of type float"),
     ("compile = 1", "compile=1 ({}): expected a value of type bool"),
+    ("warmup_iters = 29.9", "warmup_iters=29.9 ({}): expected a value of type int"),   # not 29, silently
 ])
 def test_preset_bools_and_numbers_do_not_stand_in_for_each_other(tmp_path, line, words):
     """In a preset, True is a bool and 1 an int, as Python has them: a bool for a number (or the reverse) is a
@@ -119,6 +121,16 @@ def test_preset_bools_and_numbers_do_not_stand_in_for_each_other(tmp_path, line,
     preset.write_text(line + "\n")
     with pytest.raises(configurator.ConfigError, match=re.escape(words.format(preset))):
         configurator.parse(train.TrainConfig(), [str(preset)])
+
+
+def test_each_preset_sets_only_what_it_names(tmp_path):
+    """Presets and --key=value apply left to right, each preset on its own: a later preset must not bring
+    an earlier one's values back over an override given between them."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("learning_rate = 1e-3\n")
+    b.write_text("max_iters = 5\n")
+    cfg = configurator.parse(train.TrainConfig(), [str(a), "--learning_rate=1e-4", str(b)])
+    assert (cfg.learning_rate, cfg.max_iters) == (1e-4, 5)
 
 
 def test_command_line_bools_and_ints():
@@ -355,7 +367,9 @@ def test_resume_continues_the_loss_curve_exactly(data_dir, tmp_path):
     assert sorted(b) == list(range(8))
     for i in range(8):
         assert abs(a[i] - b[i]) <= 1e-6, f"iter {i}: straight {a[i]} vs resumed {b[i]}"
-    assert va[8] == pytest.approx(vb[8], abs=1e-6) and sorted(vb) == [0, 4, 8]  # no second eval at iter 4
+    assert va[8] == pytest.approx(vb[8], abs=1e-6) and sorted(vb) == [0, 4, 8]
+    # no second evaluation at iter 4 on resuming (metrics() keys by iter, so count the rows)
+    assert [r["iter"] for r in log_rows(split) if "val_loss" in r] == [0, 4, 8]
 
 
 @pytest.mark.parametrize("accum", [4, 6])
@@ -375,7 +389,9 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path, accum):
            os.path.join(ROOT, "train.py")] + [x.replace(one, two) for x in a]
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "cpu x 2" in r.stdout and f"= 2 x {accum // 2} x 4 x 32" in r.stdout, r.stdout
+    # the step's tokens are every rank's: tok/s and the data-passes warning are computed from them
+    assert "cpu x 2" in r.stdout and f"{accum * 4 * 32:,} tokens per step = 2 x {accum // 2} x 4 x 32" in r.stdout, \
+        r.stdout
     (l1, v1), (l2, v2) = metrics(one), metrics(two)
     assert sorted(l2) == [0, 1, 2] and sorted(v2) == [0, 3]
     for i in range(3):
@@ -510,6 +526,77 @@ def test_grad_norm_is_that_of_the_mean_loss_over_the_step(data_dir, tmp_path, mo
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()
     assert row["loss"] == pytest.approx(loss.item(), rel=1e-5), (row["loss"], loss.item())
     assert row["grad_norm"] == pytest.approx(norm, rel=1e-4), f"logged grad norm {row['grad_norm']}, the mean loss's {norm}"
+
+    # clipping on: the step's gradient is scaled to grad_clip exactly (not accum x grad_clip), and the log
+    # keeps the norm before clipping (a flat line at grad_clip would hide the curve)
+    clipped = []
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def clip(params, max_norm, *a, **k):
+        params = list(params)
+        before = real_clip(params, max_norm, *a, **k)
+        clipped.append((max_norm, torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item()))
+        return before
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    out = tmp_path / "c"
+    train.main(args(data_dir, out, "--max_iters=1", f"--grad_clip={norm / 4}", "--save_checkpoint=False",
+                    "--gradient_accumulation_steps=3"))
+    row = next(r for r in log_rows(out) if "grad_norm" in r)
+    assert row["grad_norm"] == pytest.approx(norm, rel=1e-4), "the log must keep the norm before clipping"
+    assert len(clipped) == 1 and clipped[0] == (norm / 4, pytest.approx(norm / 4, rel=1e-4)), clipped
+
+
+def test_tok_per_s_final_step_and_autocast_dtype(data_dir, tmp_path, monkeypatch):
+    """With a clock where every step takes 0.25 s: tok/s is the step's tokens (2 x 4 x 32) over 0.25 s in
+    every logged row, whatever log_interval steps it averages; the last step is logged though it is off
+    the interval; and under --dtype=bfloat16 the matmuls run in bf16 (autocast), not fp16."""
+    ticks = iter(range(10**6))
+
+    def clock():    # the two reads of a step: its start, then 0.25 s later
+        n = next(ticks)
+        return 100 * (n // 2) + (n % 2) / 4
+    monkeypatch.setattr(train.time, "time", clock)     # time.time itself: tqdm and the rest hold their own binding
+    dtypes = []
+
+    def gpt(config):
+        model = GPT(config)
+        model.transformer.h[0].attn.c_attn.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+        return model
+    monkeypatch.setattr(train, "GPT", gpt)
+    out = tmp_path / "t"
+    train.main(args(data_dir, out, "--max_iters=8", "--log_interval=3", "--dtype=bfloat16", "--save_checkpoint=False"))
+    rows = [r for r in log_rows(out) if "loss" in r]
+    assert [r["iter"] for r in rows] == [0, 3, 6, 7], "the last step must be logged too"
+    assert "tok_per_s" not in rows[0]     # the first step compiles and warms up: not timed
+    assert [r["tok_per_s"] for r in rows[1:]] == [pytest.approx(2 * 4 * 32 / 0.25)] * 3, rows
+    assert dtypes and set(dtypes) == {torch.bfloat16}, set(dtypes)
+
+
+def test_resume_of_a_checkpoint_missing_a_weight_is_refused_in_one_line(data_dir, tmp_path):
+    out = tmp_path / "r"
+    train.main(args(data_dir, out, "--max_iters=1"))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    del ckpt["model"]["transformer.h.0.ln_1.weight"]
+    torch.save(ckpt, out / "ckpt.pt")
+    with pytest.raises(SystemExit) as e:
+        train.main(args(data_dir, out, "--max_iters=2", "--init_from=resume"))
+    assert str(e.value).startswith(f"{out / 'ckpt.pt'}: its model does not load here: Error(s) in loading")
+    assert "transformer.h.0.ln_1.weight" in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_resume_restores_the_cuda_rng_on_a_gpu(monkeypatch):
+    """Dropout on a GPU draws from the CUDA generator: an exact resume there must restore it (the CPU tests
+    cannot see it, so the call is checked)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append((state, device)))
+    cuda_state = torch.ByteTensor([1, 2, 3])
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+             "cuda": cuda_state}
+    train.set_rng_state(state, torch.device("cuda", 1))
+    assert calls == [(cuda_state, torch.device("cuda", 1))], calls
+    calls.clear()
+    train.set_rng_state(state, torch.device("cpu"))
+    assert calls == []
 
 
 def test_every_model_setting_reaches_the_model(data_dir, tmp_path, monkeypatch):
