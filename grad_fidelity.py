@@ -180,8 +180,7 @@ def load_model(ckpt, path, init, device, fp8):
         if not init:
             model.load_state(ckpt["model"])
     except (TypeError, ValueError, RuntimeError) as e:  # weights or settings this model.py does not build
-        # one line: load_state_dict's error spreads its missing and unexpected keys over several
-        raise SystemExit(f"{path}: its model does not load here: {type(e).__name__}: {' '.join(str(e).split())}")
+        raise SystemExit(f"{path}: its model does not load here: {type(e).__name__}: {e}")
     return model.to(device).eval()
 
 

@@ -306,7 +306,10 @@ class GPT(nn.Module):
                 raise ValueError(f"the checkpoint has learned positions for {wpe.size(0)} tokens; it cannot run at "
                                  f"block_size {self.config.block_size}. Context extension needs pos=rope or none")
             sd["transformer.wpe.weight"] = wpe[: self.config.block_size]
-        self.load_state_dict(sd)
+        try:
+            self.load_state_dict(sd)
+        except RuntimeError as e:  # on one line: its callers name the checkpoint and end on this message
+            raise RuntimeError(" ".join(str(e).split())) from None
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # weight decay on the matrices (matmul weights, embeddings); none on gains and biases

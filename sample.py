@@ -74,8 +74,7 @@ def main(argv=None):
         model = GPT(GPTConfig(**model_args))
         model.load_state(ckpt["model"])
     except (TypeError, RuntimeError) as e:  # model_args or weights this model.py does not build (another version's)
-        # one line: load_state_dict's error spreads its missing and unexpected keys over several
-        raise SystemExit(f"{path}: its model does not load here: {type(e).__name__}: {' '.join(str(e).split())}")
+        raise SystemExit(f"{path}: its model does not load here: {type(e).__name__}: {e}")
     model.eval().to(device)
     if cfg.compile:  # generate() calls self(...), i.e. forward: compile that (a compiled wrapper's generate would not)
         model.forward = torch.compile(model.forward, dynamic=True)

@@ -477,7 +477,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         try:
             model.load_state(ckpt["model"])
         except RuntimeError as e:  # weights this model.py does not build (another version's, or damaged)
-            raise SystemExit(f"{ckpt_path}: its model does not load here: {' '.join(str(e).split())}")
+            raise SystemExit(f"{ckpt_path}: its model does not load here: {e}")
     model.to(device)
     raw_model = model  # the uncompiled, unwrapped module: clean state_dict keys, estimate_mfu
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device.type)
