@@ -225,9 +225,9 @@ def main(argv=None):
         meta = load_meta(data_dir)
         # the folder may have been prepared again since: tokens of another tokenizer either index past the
         # embedding or, fewer of them (bytes under a GPT-2 model), give a table of a text the model never read
-        trained_on = ckpt.get("meta", {})
-        if (trained_on.get("tokenizer"), trained_on.get("vocab_size")) not in ((meta["tokenizer"], meta["vocab_size"]),
-                                                                              (None, None)):
+        trained_on = ckpt.get("meta")   # what train.py read from meta.json when it trained
+        if trained_on and (trained_on.get("tokenizer"), trained_on.get("vocab_size")) != (meta["tokenizer"],
+                                                                                          meta["vocab_size"]):
             raise SystemExit(f"{path} was trained on {trained_on.get('tokenizer')} tokens (vocab "
                              f"{trained_on.get('vocab_size')}), but {data_dir} now holds {meta['tokenizer']} tokens "
                              f"(vocab {meta['vocab_size']}): prepare it again as the run had it")
