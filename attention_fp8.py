@@ -4,6 +4,14 @@ FP8 attention with Delta-Matching, forward and backward, in Triton.
 Every one of the seven attention-core matmuls runs on FP8 tensor cores (e4m3 operands, fp32
 accumulation), and the backward's `delta` is computed from exactly the P and dP that form dS.
 
+    from attention_fp8 import attention
+    o = attention(q, k, v, causal=True)     # q (B, H, N, D), k and v (B, H_kv, N, D), bf16 or fp16, D 64 or 128
+    o = attention(q, k, v, delta="stale")   # the ablation arm: FlashAttention's delta = rowsum(dO * O)
+
+H_kv may divide H (grouped-query attention: each kv head serves H / H_kv query heads). Also public:
+delta_stats (the per-row dS sums the trainer's monitor logs), quantize (the tests build their
+references from its dequantized inputs) and fp8_supported.
+
 The math (one head, tau = softmax scale, i = query row, j = key row)
 --------------------------------------------------------------------
     S = tau Q K^T (+ causal mask)    P = softmax_row(S)    O = P V        (forward, saves LSE)
@@ -25,35 +33,52 @@ such as attention sinks). Elementwise FP8 rounding noise averages out over j; th
 Delta-Matching (`delta="matched"`, the default) runs a pre-pass that recomputes S, P and
 dP = dO^ V^T from the very FP8 buffers and scales the main backward uses and accumulates
 delta_i = sum_j P_ij dP_ij / sum_j P_ij, so (*) holds to fp32 rounding. (Dividing by
-r_i = sum_j P_ij, which is 1 up to rounding, keeps (*) exact even if the backward's P were to
-differ slightly from the forward's.) It costs two extra FP8 matmuls per tile. `delta="stale"`
-uses rowsum(dO * O) and is otherwise identical: the ablation arm. dV does not involve delta, so
-it is bit-identical between the two.
+r_i = sum_j P_ij, which is 1 up to rounding, keeps (*) to fp32 rounding where the backward's P
+differs from the forward's by more: on the GPU, differently tiled FP8 dots may round S apart, e.g.
+the Gluon forward on Hopper against the dQ kernel.) It costs two extra FP8 matmuls per tile pair:
+the backward runs 9 against 7 with `delta="stale"`, which uses rowsum(dO * O) and is otherwise
+identical, the ablation arm. dV does not involve delta, so it is bit-identical between the two.
+
+(*) is a property of dS in fp32, before dS is rounded to e4m3 for the dQ and dK dots: delta and
+dS use P in fp32, and only dV's P is rounded. That rounding of dS adds elementwise noise that
+averages out over j and that no choice of delta removes, so the matched arm's sum over keys of dK
+(delta_stats) is small but not zero. The tests that hold the method to this, in test_attention.py:
+test_invariants_matched_vs_stale (|sum_j dS_ij| / sum_j |P_ij dP_ij| under 1e-6 matched, over 1e-3
+stale), test_invariant_holds_where_p_does_not_sum_to_one, test_matched_delta_equals_definition and
+test_key_translation.
 
 The seven FP8 matmuls, and where each operand's format and scale come from
 ------------------------------------------------------------------------------
 Notation: X^ is X rounded to e4m3 after division by its block scale; the value it stands for is the
-e4m3 number times the scale (in the kernels, q8, k8, ds8, ... hold the e4m3 bytes and sq, sk, ... the
-scales). X^T^ is the token-contiguous copy of X^. P~ is the softmax numerator before division by its
-row sum. The kernels work in base 2: the forward saves LSE2 = LSE * log2(e), called lse in the code.
+e4m3 number times the scale. K^^T is K^ transposed; X^T^ is X^T rounded, with scales of its own (the
+dK/dV kernels round dS^T with a scale per key, where the dQ kernel rounds dS with one per query).
+In the kernels X8 holds X^'s e4m3 bytes
+laid out as X is (a row per token), XT8 the token-contiguous copy that a dot reducing over tokens
+reads ("Hopper's FP8 tensor cores", below), and SX the scales. P~ is the softmax numerator before
+division by its row sum. The kernels work in base 2: the forward saves LSE2 = LSE * log2(e), called
+lse in the code.
 
-    forward   S  = Q^ K^T^          Q: e4m3, one fp32 scale per 64 rows; K: per 128 rows (per batch, head)
-              O  = P~^ V^           P~ = exp(S - running max) in [0, 1], times 256, e4m3;
-                                    V: e4m3, one scale per 128 keys (the key tile)
-    backward  S  = Q^ K^T^          recomputed from the same Q^, K^ as the forward: bit-identical
-              dP = dO^ V^T^         dO: e4m3, one scale per 64 rows
-              dV = P^T^ dO^         P = exp(S - LSE) times 256, e4m3
-              dQ = dS^ K^           dS: e4m3 with a dynamic scale per row of each tile (its amax)
-              dK = dS^T^ Q^         (rows of dS^T, i.e. per key, in the dK kernel)
+    forward   S  = Q^ K^^T     reads K8     Q: one fp32 scale per 64 rows (the kernel quantizes its tile);
+                                            K: one per 128 rows (per batch, head)
+              O  = P~^ V^      reads VT8    P~ = exp(S - running max) in [0, 1], times 256, e4m3;
+                                            V: one scale per 128 keys (the key tile)
+    backward  S  = Q^ K^^T     reads K8     from the same Q^, K^ and scales as the forward (the same S
+                                            up to the rounding of differently tiled dots: r_i above)
+              dP = dO^ V^^T    reads V8     dO: one scale per 64 rows
+              dV = P^T^ dO^    reads DOT8   P = exp(S - LSE) times 256, e4m3 (only here is P rounded)
+              dQ = dS^ K^      reads KT8    dS: e4m3, a dynamic scale per row of each tile (its amax)
+              dK = dS^T^ Q^    reads QT8    (rows of dS^T, i.e. per key, in the dK kernel)
     pre-pass  S and dP again (the two extra matmuls of Delta-Matching)
 
 The forward divides O by w = sum_j P~^_ij, the sum of the rounded weights, not by the exact row sum,
 so O stays a weighted mean of V's rows after rounding (see the forward's comment).
 
-The backward, step by step (_backward): quantize K, V, Q, dO (both layouts) -> the query-owned
-kernel _bwd_dq_kernel, whose first loop is the pre-pass (delta_i, stored) and whose second forms
-dS and dQ -> the key-owned kernel _bwd_dkdv_kernel, which reads that delta and forms dV and dK. So
-S and dP are computed three times per tile pair: pre-pass, dQ loop, and transposed in dK/dV.
+The forward, step by step (_forward): quantize K (rows) and V (token-contiguous) in one launch ->
+_fwd_kernel, which quantizes its own tile of Q. The backward (_backward): quantize Q, dO and K (both
+layouts) and V (rows) -> the query-owned kernel _bwd_dq_kernel, whose first loop is the pre-pass
+(delta_i, stored) and whose second forms dS and dQ -> the key-owned kernel _bwd_dkdv_kernel, which
+reads that delta and forms dV and dK. So S and dP are computed three times per tile pair: pre-pass,
+dQ loop, and transposed in dK/dV.
 
 Why these choices:
 - e4m3 everywhere. With block scales the scale takes care of range, so the extra mantissa bit of
@@ -76,14 +101,15 @@ Why these choices:
   dK/dV kernel), so the dS scales' granularity follows the tiling and can differ between GPUs and
   between the Triton and the Gluon dK/dV kernel.
 - Hopper's FP8 tensor cores want the B operand of a dot contiguous along the reduction dimension
-  ("K-major"; wgmma transposes only 16-bit operands), so a B stored otherwise has to be transposed
-  on its way in (an early probe read 6x slower; its log was not kept). Q K^T and dO V^T reduce
-  over the head dimension and read Q, K, V, dO as stored. P V, P^T dO, dS K and dS^T Q reduce over
-  tokens, so the quantize kernel also writes token-contiguous copies (V^T, dO^T, K^T, Q^T).
+  ("K-major"; wgmma transposes only 16-bit operands), so a B stored otherwise would have to be
+  transposed on its way in. Q K^T and dO V^T reduce over the head dimension and read Q, K, V, dO as
+  stored. P V, P^T dO, dS K and dS^T Q reduce over tokens, so the quantize kernel also writes
+  token-contiguous copies (VT8, DOT8, KT8, QT8).
 
 All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for finite inputs (and an
 sm_scale that fits fp32). Scores of 1e5 and more (sm_scale * q.k) make the backward's recomputed P
-coarse, as in any kernel that recomputes it in fp32: an fp32 step there is 2^-7, 0.5% of P.
+coarse, as in any kernel that recomputes it in fp32: the base-2 score is then about 1.4e5, whose
+fp32 spacing is 2^-6, so P is rounded by up to about 0.5%.
 The forward saves LSE (in base 2) and recomputes P in the backward: no N x N buffer anywhere.
 
 Layout of the code: quantize kernel -> forward kernel -> backward pre-pass + dQ kernel ->
@@ -98,7 +124,9 @@ To change the method (say, dS's scaling or the pre-pass), note that a compiled m
 those Gluon kernels for the forward and dK/dV; only the pre-pass and dQ are this file's everywhere.
 Set HOPPER_FORWARD = HOPPER_BACKWARD = () to run this file's kernels alone while experimenting, and
 change both files before comparing. dS is quantized in _dq_inner, _dkdv_inner and the Gluon dK/dV
-kernel; P's static 256 (+ 8 in an exp2, / 256 after a dot) in both forwards and both dK/dV kernels.
+kernel. P's static 256 is the "- (m_new - 8.0)" in the exp2 and the "- 8.0" in the saved LSE of both
+forwards (_fwd_inner and _fwd_kernel, _softmax_tile and _fwd_kernel_hopper), and the "lse - 8.0" and
+"/ 256" of dV's and dK's scales in both dK/dV kernels (_dkdv_inner; _dkdv_tile and the final dV).
 """
 
 import functools
@@ -128,10 +156,9 @@ HEAD_DIMS = (64, 128)
 #       (block sizes are powers of two).
 # The dQ kernel reads per-row scales of Q and dO, so its BLOCK_M is free.
 # SCALES_AHEAD (dQ kernel): the pre-pass loads K's and V's tile scales a tile ahead, issued after each
-# tile's S dot, instead of before the dots; faster at D = 64, slower at D = 128 (SPEED.md, step 12
-# and "Under Triton 3.8").
-# dq[64]'s maxnreg (a compile option the sweep does not vary): step 14 (SPEED.md) permuted dS^'s columns,
-# and the cap at 168 registers keeps three programs per SM there.
+# tile's S dot, instead of before the dots: faster at D = 64, slower at D = 128 (SPEED.md, step 12).
+# dq[64]'s maxnreg (a compile option the sweep does not vary) caps registers at 168, so that three
+# programs fit on an SM.
 CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192xD, causal), 2026-12-02
     64: {"fwd": dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3),
          "dq": dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3, SCALES_AHEAD=True, maxnreg=168),
@@ -141,11 +168,12 @@ CONFIGS = {   # the fastest of bench_attention.py --sweep on the H200 (2x16x8192
           "dkdv": dict(BLOCK_N=128, BLOCK_M=32, num_warps=8, num_stages=3)},
 }
 # Shared memory. Hopper and B200 let a block ask for 227 KiB; Ada (sm_89) and consumer Blackwell
-# (sm_120) for 99 KiB. The dQ kernel at D = 128 above keeps three stages of K^, V^ and K^T tiles of
-# 128 keys, 128 KiB, which those GPUs cannot launch (Triton: "out of resource: shared memory"). There
-# it steps over 64 keys (80 KiB); 64 divides the key tile, so the FP8 copies and their scales are the
-# same. test_kernels_fit_shared_memory compiles every kernel, as each GPU would tile it, for sm_89,
-# sm_100 and sm_120 and holds it to that GPU's limit. No such GPU has run them, nor timed this tiling.
+# (sm_120) for 99 KiB. The dQ kernel at D = 128 above, pipelining K^, V^ and K^T tiles of 128 keys,
+# needs 128 KiB of shared memory compiled for sm_89 with this tiling, which those GPUs cannot
+# launch (Triton: "out of resource: shared memory"). There it steps over 64 keys (80 KiB); 64
+# divides the key tile, so the FP8 copies and their scales are the same. test_kernels_fit_shared_memory
+# compiles every kernel, as each GPU would tile it, for sm_89, sm_100 and sm_120 and holds it to that
+# GPU's limit. No such GPU has run them, nor timed this tiling.
 HOPPER_SHARED_BYTES = 232448    # shared memory per block on sm_90 and sm_100
 SMALL_SHARED_CONFIGS = {128: {"dq": dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3, SCALES_AHEAD=False)}}
 
@@ -237,7 +265,7 @@ def _quantize_kernel(X, sxb, sxh, sxn, sxd, X8, X8T, SX, Y, syb, syh, syn, syd, 
 
 
 # ---------------------------------------------------------------------------------------------
-# Forward: O_i = sum_j softmax(S)_ij V_j with S = tau Q^ K^T^, online softmax in base 2.
+# Forward: O_i = sum_j softmax(S)_ij V_j with S = tau Q^ K^^T, online softmax in base 2.
 #   qk = Q^ . K^ (the raw FP8 dot); f = Q's row scale * K's tile scale * tau * log2(e)
 #   m = running row max of qk * f; p~ = exp2(qk * f - m + 8) = 256 exp2(s - m), so P~^ = e4m3(p~)
 #   l = running sum of p~; LSE2 = m + log2(l) - 8 (the backward's P = exp2(qk * f - LSE2) sums to 1)
@@ -245,15 +273,15 @@ def _quantize_kernel(X, sxb, sxh, sxn, sxd, X8, X8T, SX, Y, syb, syh, syn, syd, 
 # (the 256 = 2^8 lifts small probabilities out of e4m3's subnormals; it cancels in acc / w)
 # O is divided by w, not l, so that it is a weighted mean of V^'s rows with the very weights that
 # multiplied them. Near-uniform rows put every p~ just below 256, where they all round alike (to 240
-# or to 256), and acc / l came out scaled by w / l: off by up to 0.8% on the H200 (a mean bias of
-# +0.5% at N = 1024), where acc / w is off by BF16 rounding (test_output_is_a_weighted_mean_of_v).
+# or to 256), and acc / l would come out scaled by w / l, biased by about half a percent, where acc / w
+# is off only by BF16 rounding (test_output_is_a_weighted_mean_of_v).
 # Each tile's P~^ V^ is a fresh dot added to acc in fp32: the FP8 tensor cores keep only about 14
 # bits of a running sum, too few for one that grows over thousands of keys (attention_fp8_hopper).
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _qk_tile(q, K8, start_n, offs_m, N, D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
              MASK: tl.constexpr):
-    """The raw FP8 dot Q^ K^T^ for one key tile, -inf where masked. The forward and the dQ kernel
+    """The raw FP8 dot Q^ K^^T for one key tile, -inf where masked. The forward and the dQ kernel
     both form S through here, so they compute it identically."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
@@ -353,14 +381,14 @@ def _fwd_kernel(Q, stride_qb, stride_qh, stride_qn, stride_qd, K8, SK, VT8, SVT,
 @triton.jit
 def _p_tile(q, qs, lse, K8, sk, start_n, offs_m, N,
             D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr):
-    """P from S = Q^ K^T^ and K's tile scale sk."""
+    """P from S = Q^ K^^T and K's tile scale sk."""
     qk = _qk_tile(q, K8, start_n, offs_m, N, D, BLOCK_N, CAUSAL, MASK)
     return tl.math.exp2(qk * tl.maximum(qs * sk, 1e-30)[:, None] - lse[:, None])     # f floored: see _fwd_inner
 
 
 @triton.jit
 def _dp_tile(do, V8, start_n, D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The raw dot dO^ V^T^ (dP = raw * dO's row scale * V's tile scale)."""
+    """The raw dot dO^ V^^T (dP = raw * dO's row scale * V's tile scale)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     vT = tl.load(V8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
@@ -600,24 +628,20 @@ def _padded(n):
 
 # The order a launch's programs start in. In a causal launch a program's work grows with its tile (a
 # query tile sees every key before it, a key tile every query after it), and the GPU starts programs
-# in grid order as earlier ones finish. Had each head's tiles come together, longest first, one head
-# after another, the last heads' longest tiles would start when most of the launch is done and the
-# launch would end on them: a tail of 6-7% of the kernel at D = 128, N = 4096 and 8192 and 6-11%
-# at D = 64 in a model of that schedule (results/launch_order_model.py; 14-22% at N = 1024, under
-# 1% at N = 16384). Instead programs run in sections of G
-# heads: the longest tile of each of the G heads, then the next longest, and so on, so that every
-# head's short tiles come last (longest processing time first, as FlashAttention-3's scheduler does).
-# The grid is (G * tiles, sections): CUDA starts programs along the first axis first, and the
-# first axis runs through the G heads of a section, tile by tile. G is a constexpr of each kernel,
-# so _program_tile divides by a constant, and the tile index comes from the first axis as it did
-# before sections: the Triton kernels compiled with the tile from the second axis spilled up to 4.5
-# times as many bytes under Triton 3.6 and lost 1-8% (SPEED.md, step 23). G divides
-# the heads, and is the largest that keeps the G heads' FP8 operands within SECTION_BYTES, so that
-# their tiles, read by G heads' worth of programs at once, can stay in L2 (50 MB on the H100 and
-# H200), but at least MIN_SECTION where the heads allow: with fewer, most of the tail stays in the
-# model at shapes whose heads are few or large (grouped-query dK/dV: 2 x 8 kv heads x 8192 x 128 keeps
-# 11.8% with G = 1, 0.8% with 2, 0.4% with 4). Non-causal launches, whose programs are equally long,
-# keep one head after another (G = 1). Outputs are bit-identical for every G.
+# in grid order as earlier ones finish. Run one head after another, the last heads' longest tiles
+# would start when most of the launch is done, and the launch would end on them (a tail of 6-7% of
+# the kernel at D = 128, N = 4096 and 8192 in a model of that schedule: results/launch_order_model.py).
+# So programs run in sections of G heads: the longest tile of each of the G heads, then the next
+# longest, and so on, so that every head's short tiles come last (longest processing time first, as
+# FlashAttention-3's scheduler does). The grid is (G * tiles, sections): CUDA starts programs along
+# the first axis first. G is a constexpr of each kernel, so _program_tile divides by a constant, and
+# the tile comes from the first axis (taken from the second, the Triton kernels spilled more and ran
+# slower: SPEED.md, step 23). G divides the heads and is the largest that keeps the G heads' FP8
+# operands within SECTION_BYTES, so that their tiles, read by G heads' worth of programs at once,
+# can stay in L2 (50 MB on the H100 and H200), but at least MIN_SECTION where the heads allow (few or
+# large heads, as in grouped-query dK/dV launches, would keep most of the tail otherwise). Non-causal
+# launches, whose programs are equally long, keep one head after another (G = 1). Outputs are
+# bit-identical for every G.
 SECTION_BYTES = 16 * 2**20
 MIN_SECTION = 4
 
@@ -648,19 +672,16 @@ def _program_tile(G: tl.constexpr, LONGEST_LAST: tl.constexpr):
 
 
 # Host time. `kernel[grid](...)` binds and specializes each of the 20-40 arguments, builds a cache
-# key, and asks the driver about every pointer: on the H200 host (Triton 3.6) about 40 us for the
-# dQ kernel's launch against 8 us through its compiled launcher (a probe whose log was not kept),
-# and 11-15 us against 5 us per launch of a trivial kernel (results/host_h200.txt). A
-# forward+backward launches six kernels, and at small shapes (8x16x1024x64) the GPU waits on the
-# host. _launch does that work once per argument signature and then calls the compiled kernel's
-# launcher itself with the pointers as integers, plus the key below. It counts most in autograd's
-# thread, which runs the backward: a forward+backward there took 1027 -> 647 us of host time (same
-# file; SPEED.md, step 9). Same compiled kernel, same arguments, bit-identical results;
-# FAST_LAUNCH = False is the plain path.
+# key, and asks the driver about every pointer: 11-15 us per launch of a trivial kernel against 5 us
+# through its compiled launcher on the H200 host (Triton 3.6, results/host_h200.txt). A forward +
+# backward launches six kernels, and at small shapes (8x16x1024x64) the GPU waits on the host. _launch
+# does that work once per argument signature and then calls the compiled kernel's launcher itself
+# with the pointers as integers, plus the key below (SPEED.md, step 9). Same compiled kernel, same
+# arguments, bit-identical results; FAST_LAUNCH = False is the plain path.
 # The launcher's calling convention is Triton's own, not a public API: it is used with the Tritons
-# it was checked against on the H200 (3.6 and 3.8: test_gpu_fast_launch_matches_plain_launch), and
-# Triton's launch hooks (proton) do not see these launches. The Triton interpreter
-# (TRITON_INTERPRET=1, which also takes CUDA tensors) has no compiled kernels.
+# it was checked against (3.6 and 3.8: test_gpu_fast_launch_matches_plain_launch), and Triton's
+# launch hooks (proton) do not see these launches. The Triton interpreter (TRITON_INTERPRET=1, which
+# also takes CUDA tensors) has no compiled kernels.
 FAST_LAUNCH = triton.__version__.startswith(("3.6.", "3.8.")) and not INTERPRETED
 _launchers = {}
 # The kernels are written for fused multiply-adds: qk * f - m is one FMA before each exp2, and the
@@ -752,46 +773,48 @@ def _quantize(specs, tile, permute_cols=False):
 
 
 def quantize(x, tile, rows=True, cols=False):
-    """Block-scaled e4m3 copy of x (B, H, N, D): returns (x8 or None, x8T or None, scale) with
-    x8 (B*H, N_pad, D), x8T (B*H, D, N_pad) and scale (B*H, N_pad), x ~= x8 * scale[..., None].
-    One scale per `tile` rows. Public so tests can build references from the dequantized inputs."""
+    """Block-scaled e4m3 copy of x (B, H, N, D), D a power of two, on a device attention() runs on:
+    returns (x8 or None, x8T or None, scale), the copies asked for by rows and cols, with x8
+    (B*H, N_pad, D) and x8T (B*H, D, N_pad) in torch.float8_e4m3fn and scale (B*H, N_pad) in fp32,
+    N_pad = N rounded up to a multiple of PAD (128). One scale per `tile` rows, amax(tile) / 448,
+    stored once per row; rows past N are zeros, and a tile whose amax is below 1e-30 (pad rows
+    alone, say) is zeros with scale 0. So
+    x.reshape(B*H, N, D) ~= x8[:, :N].float() * scale[:, :N, None], and x8T is x8 transposed.
+    Public so tests can build references from the dequantized inputs."""
     if tile not in (16, 32, 64, PAD):       # the kernel's arange needs a power of two; N is padded to PAD
         raise ValueError(f"quantize: tile must be 16, 32, 64 or {PAD} rows, got {tile!r}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
+        got = f"shape {tuple(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"quantize: x must be a 4-D floating-point tensor (B, H, N, D), got {got}")
+    D = x.shape[-1]
+    if D < 16 or D & (D - 1):       # the kernel's arange over D, and a 16-byte row for the FP8 dots
+        raise ValueError(f"quantize: head dim D = {D} must be a power of two, at least 16")
     return _quantize([(x, rows, cols)], tile)[0]
 
 
 # Head dims whose forward runs, on Hopper GPUs (sm_90), the Gluon kernel of attention_fp8_hopper.py
 # instead of _fwd_kernel: the same FP8 operands and scales, so the same O and LSE up to fp32 rounding,
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
-# It needs the forward's query tile of 64 rows (CONFIGS). At D = 64 it runs three programs per SM
-# (attention_fp8_hopper.CONFIGS' register cap): 1.06-1.10x the Triton forward on the H200 when step
-# 11 set it (SPEED.md; both forwards changed at step 17, and were not timed against each other since).
+# It needs the forward's query tile of 64 rows (CONFIGS).
 HOPPER_FORWARD = (64, 128)
 # Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (at D = 128 dS^T's row scale per 64
 # queries rather than 32). It sums dV in the tensor cores, whose FP8 running sum keeps about 14 bits, and
 # flushes that sum into fp32 every DV_FLUSH query tiles; without the flush, dV came out 3.6% low at
 # N = 4096 and 15% low at N = 16384 where dO has a nonzero mean (SPEED.md, step 17;
-# test_dv_is_a_weighted_sum_of_do). Its speed against the Triton kernel, with the flush, is measured
-# beside its configurations (attention_fp8_hopper.DKDV_CONFIGS).
+# test_dv_is_a_weighted_sum_of_do).
 HOPPER_BACKWARD = (64, 128)
-# ... for problems of at least this many scores, B * H * N^2 (masked ones counted), the size of
-# 2x16x4096. Replayed from a CUDA graph, forward + backward through both Gluon kernels took
-# 0.81-0.85x the Triton kernels' time at every size measured (32x16x512 to 4x16x2048, D = 128), but
-# the Gluon launches cost more host time (TMA descriptors), and eager calls below this size wait
-# on the host (SPEED.md, step 10). Work sets it, not N: at 1x8x4096x128 the Triton path ran
-# forward + backward 1.42x and 1.65x faster than the Gluon one (two runs). The backward counts the
-# scores of the whole call, also where it runs in halves (SPLIT_BYTES): a call that big keeps the
-# GPU busy either way. Counted per half, the model's training shape at T = 1024 (64x12x1024x64,
-# halves of 2^28.6 scores) took the Triton dK/dV kernel, and its forward + backward ran 1.14x
-# slower in GPU time (SPEED.md, step 15).
+# ... for eager calls of at least this many scores, B * H * N^2 (masked ones counted; 2^29 is
+# 2x16x4096). Below it an eager call waits on the host, and the Gluon launches cost more host time
+# (TMA descriptors), so the Triton kernels finish first although the Gluon ones take less GPU time
+# (0.81-0.85x replayed from a CUDA graph; SPEED.md, step 10). Work sets it, not N. The backward
+# counts the scores of the whole call, also where it runs in halves (SPLIT_BYTES): counted per half,
+# the model's training shape at T = 1024 took the Triton dK/dV kernel and ran 1.14x slower (step 15).
 HOPPER_FORWARD_MIN_SCORES = 2**29
 HOPPER_BACKWARD_MIN_SCORES = 2**29
 # ... and under torch.compile (the custom op below), from this many: a compiled model queues its
-# kernels well ahead of the GPU, so the host's time per call is hidden and GPU time is what counts.
-# There the Gluon kernels took 0.80-0.85x the Triton kernels' GPU time at every size measured below
-# 2^29 (8x16x1024x64 to 64x6x1024x128, H200), and `train.py`'s default model (its attention calls
-# 2^26.6 scores) trained 2.2% faster (SPEED.md, step 22).
+# kernels well ahead of the GPU, so the host's time per call is hidden and GPU time is what counts,
+# where the Gluon kernels win at every size measured (SPEED.md, step 22).
 COMPILED_MIN_SCORES = 0
 
 
@@ -862,12 +885,10 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
 # The backward's FP8 copies (Q, Q^T, dO, dO^T, K, K^T, V: 7 bytes per element of q when H_kv = H)
 # are made for half of the heads at a time once they would exceed this. Heads are independent, so
 # the results are bit-identical. The halves bring peak memory under SDPA's (whose fp32 dQ
-# accumulator takes 4 bytes per element). Since causal launches start longest tile first (_grid),
-# they cost no measurable GPU time at 4x16x4096x128 and larger (0.99-1.01x of one pass; before,
-# each half ended on its own causal tail, 6-7% per kernel), 2-3.4% at the smaller shapes of the
-# benchmark, but there an eager call runs at 0.65-0.87x in wall time: the host pays the second
-# half's Python and launches (H100, README "Memory at small shapes"). So only big problems split.
-# Set it to float("inf") for one pass always, or 0 for halves always (the leanest).
+# accumulator takes 4 bytes per element). Large problems pay no measurable GPU time for them, since
+# causal launches start longest tile first (_grid), but an eager call at small shapes pays the second
+# half's Python and launches in wall time (README, "Memory at small shapes"), so only big problems
+# split. Set it to float("inf") for one pass always, or 0 for halves always (the leanest).
 SPLIT_BYTES = 128 * 2**20
 
 
@@ -903,7 +924,7 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=
         o = do          # a placeholder the matched kernel never reads
     if debug:
         pieces = 1      # the debug sums below are per launch
-    # by the whole call, halves or not
+    # the Gluon dK/dV kernel or not is decided by the whole call's scores, halves or not
     gluon = _gluon(q, HOPPER_BACKWARD, COMPILED_MIN_SCORES if compiled else HOPPER_BACKWARD_MIN_SCORES)
     halves = _halves(q, k, pieces)
     if not halves:
@@ -1017,11 +1038,9 @@ _fwd_op.register_autograd(_fwd_op_backward, setup_context=_setup_context)
 
 
 class _Attention(torch.autograd.Function):
-    """The eager path: the same launchers as the custom op, without the custom-op dispatch, which
-    costs host time that small shapes feel (`bench_attention.py --profile` on the H200 host at step 2,
-    before step 9 cut the launches' host time: a forward+backward at 8x16x1024x64 took 1.23 ms
-    through the custom op, 1.05 ms through this, and its kernels 0.37 ms; a second run read 1.06 vs
-    0.73 ms). torch.compile takes the custom op, which it does not trace into."""
+    """The eager path: the same launchers as the custom op, without the custom-op dispatch, whose
+    host time small shapes feel (SPEED.md, step 2). torch.compile takes the custom op, which it does
+    not trace into."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, delta):
@@ -1044,9 +1063,10 @@ class _Attention(torch.autograd.Function):
 # Public entry point
 # ---------------------------------------------------------------------------------------------
 def fp8_supported(device=None):
-    """True where this kernel can run: an NVIDIA GPU with FP8 tensor cores (compute capability >= 8.9:
-    Ada, Hopper, Blackwell), or any CPU tensor when the kernels were built for the Triton interpreter
-    (TRITON_INTERPRET=1 when this module was imported). ROCm GPUs, which PyTorch also calls "cuda",
+    """Whether attention() can run on `device` (a torch.device, a str such as "cuda:1", or None for
+    "cuda" where a GPU is visible, else "cpu"): an NVIDIA GPU with FP8 tensor cores (compute capability
+    >= 8.9: Ada, Hopper, Blackwell), or the CPU when this module was imported with TRITON_INTERPRET=1
+    (the Triton interpreter). Head dims are not checked here (HEAD_DIMS). ROCm GPUs, which PyTorch also calls "cuda",
     report other capabilities and other FP8 formats: not supported."""
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
@@ -1159,9 +1179,13 @@ def delta_stats(q, k, v, do, causal=True, sm_scale=None):
 
     Runs the FP8 forward and both backward arms on q, k, v and an upstream gradient do, and returns
       delta_mismatch: ||delta_stale - delta_matched|| / ||delta_matched|| (over all rows)
-      ds_rowsum_matched, ds_rowsum_stale: max_i |sum_j dS_ij| / sum_j |P_ij dP_ij|, invariant (*)
+      ds_rowsum_matched, ds_rowsum_stale: the largest over all rows (b, h, i) of
+        |sum_j dS_ij| / sum_j |P_ij dP_ij|, invariant (*), with dS in fp32 before its e4m3 rounding
       key_grad_sum_matched, key_grad_sum_stale: ||sum_j dK_j|| / sum_j ||dK_j||, worst (batch, kv
         head); exact gradients give 0, since adding one vector to every key changes nothing.
+    All are Python floats. The inputs are checked as attention() checks them, and do must have q's
+    shape, dtype and device (ValueError). The backwards run in one pass, not in halves (SPLIT_BYTES),
+    so a call needs more memory than a training step's attention.
     """
     _check_inputs(q, k, v, "matched")
     if not (isinstance(do, torch.Tensor) and do.shape == q.shape and do.dtype == q.dtype and do.device == q.device):
@@ -1194,7 +1218,13 @@ def attention(q, k, v, causal=True, sm_scale=None, delta="matched"):
     SDPA, which spreads it only to the rows that attend to it; a NaN stays in its own element's row
     or column of the scores, as with SDPA (the tile's amax passes over it). A tile whose largest
     magnitude is below 1e-30 is taken as zero, and so is its part of the gradients (README, "Zero
-    tiles"): scale losses and inputs into the range BF16 training uses."""
+    tiles"): scale losses and inputs into the range BF16 training uses.
+
+    Runs on NVIDIA GPUs of compute capability 8.9 and newer, or on the CPU under the Triton
+    interpreter (TRITON_INTERPRET=1 set before import). B * H must be at most 65,535, and the FP8
+    copy of q (B * H x N rounded up to 128 x D) must span fewer than 2^31 elements too. Raises
+    TypeError for an argument of the wrong type or dtype, ValueError for wrong shapes, devices,
+    sizes, delta or sm_scale, and RuntimeError on a GPU without FP8 tensor cores."""
     _check_inputs(q, k, v, delta)
     causal, sm_scale = _causal_and_scale(q, causal, sm_scale)
     if torch.compiler.is_compiling():

@@ -612,6 +612,23 @@ def test_quantize_roundtrip_and_saturation():
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
 
 
+def test_quantize_refuses_bad_input():
+    """quantize is public (tests build references with it): a tensor it cannot tile gets an error that
+    names the problem, not an unpacking error or a Triton compile failure."""
+    x = torch.randn(1, 2, 100, 64, device=DEVICE).bfloat16()
+    with pytest.raises(ValueError, match="tile must be 16, 32, 64 or 128"):
+        A.quantize(x, 48)
+    with pytest.raises(ValueError, match=r"4-D floating-point tensor \(B, H, N, D\), got shape \(2, 100, 64\)"):
+        A.quantize(x[0], 64)
+    with pytest.raises(ValueError, match="4-D floating-point tensor .* got shape .* torch.int64"):
+        A.quantize(torch.ones(1, 2, 100, 64, dtype=torch.int64, device=DEVICE), 64)
+    with pytest.raises(ValueError, match="got list"):
+        A.quantize([1.0], 64)
+    for D in (48, 8):
+        with pytest.raises(ValueError, match=f"head dim D = {D} must be a power of two, at least 16"):
+            A.quantize(torch.randn(1, 2, 100, D, device=DEVICE).bfloat16(), 64)
+
+
 def permuted_order(n, device):
     """The token each position of a permuted copy holds (A._permuted_cols): position k of each 32
     holds token pi(k), pi taking bits (k4, k1, k3, k2, k0) to (c4, c3, c2, c1, c0)."""
