@@ -19,11 +19,9 @@ P~^ through shared memory, a store, a fence and a barrier per tile, but the last
 through a register shuffle; 1.04-1.09x slower, SPEED.md step 7.)
 
 Letting P V run on into the next softmax too (FlashAttention-3's full overlap) makes ptxas
-serialize every wgmma (advisory C7514), so each iteration ends on both dots. On the H200 this ran
-1.08-1.10x the Triton forward at head dim 128 and N >= 4096 when step 4 built it (SPEED.md); steps
-6 and 7 made it faster, step 17's fp32 sums slower, and the two forwards have not been timed
-against each other at those sizes since. At head dim 64 it was no faster until three programs
-shared an SM (CONFIGS' register cap, step 11).
+serialize every wgmma (advisory C7514), so each iteration ends on both dots. At head dim 64 it pays
+only with three programs per SM (CONFIGS' register cap). Its speed against the Triton forward is in
+SPEED.md (steps 4, 6, 7, 11 and 17).
 
 The value of V's tile scale rides in the accumulator's units: acc holds O * w / sv_last, so
     acc <- acc * (alpha_j * sv_{j-1} / sv_j) + P~_j^ V^_j
@@ -33,10 +31,9 @@ is the sum of the rounded weights P~^ (attention_fp8.py's forward section says w
 Each tile's P~^ V^ is a fresh wgmma, added to acc in fp32, not accumulated in the tensor cores:
 Hopper's FP8 MMA keeps about 14 bits of the running sum when it adds products to it (DeepSeek-V3
 report, section 3.3.2), and a column of O whose V has a nonzero mean grows with every key, so the
-later tiles' products lost their low bits. With acc in the tensor cores (until step 17 of SPEED.md),
-O of a V whose rows are all one vector was off by 0.043 at N = 4096 and 0.16 at N = 16384 on the
-H200 (relative Frobenius error; a mean bias of 3.7% and 14%, as the README puts it); now by BF16
-rounding (0.0015-0.0020), as the Triton forward. It cost the forward 4-10%.
+later tiles' products lost their low bits: O of a V whose rows are all one vector had a mean bias
+of 3.7% at N = 4096 and 14% at N = 16384 on the H200, and is now off by BF16 rounding, as the
+Triton forward (SPEED.md, step 17). It cost the forward 4-10%.
 
 One warpgroup (4 warps) owns 64 query rows (one query tile, one Q scale), and two programs (three
 at head dim 64) share an SM, so one's softmax can run under the others' dots.
@@ -58,7 +55,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 import attention_fp8        # its _launch: the compiled kernel's launcher without Triton's per-call binding
 
 # Names that moved between Triton versions. These kernels run on the H200 with Triton 3.6; CI compiles
-# them with what a plain pip install brings (3.8 today), and they compile with 3.9 too.
+# them with what a plain pip install brings (3.8 as of 2026-12), and they compile with 3.9 too.
 # The barrier of all threads of a program (bar.sync): gl.thread_barrier in 3.6, gl.barrier from 3.8.
 thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 # A TMA copy of a tile from global to shared memory: tma.async_load, which Triton 3.9 requires and
@@ -316,9 +313,8 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 # each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight. PERMUTED_V: P~^ to the
 # P V wgmma in registers, with V^T's keys permuted (attention_fp8._forward makes that copy).
 # maxnreg (a compile option, not a tile): at D = 64 ptxas would take 244 registers per thread, so two
-# programs per SM; capped at 168 (60 bytes spilled under Triton 3.6, 24 under 3.8; kernel_registers.py),
-# three fit in the 64K registers of an SM, and more warps hide the softmax's latency: 1.06-1.10x the
-# forward when step 11 set the cap (SPEED.md).
+# programs per SM; capped at 168 (a few bytes spilled: `python kernel_registers.py`), three fit in
+# the 64K registers of an SM, and more warps hide the softmax's latency (SPEED.md, step 11).
 CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True, maxnreg=168),
            128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True)}
 
@@ -360,24 +356,17 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
 #     T = dS^T^ Q^_i;  dK += T * (row scale)      the row scales differ per tile, so T is a
 #                                                 separate accumulator, added in registers
 #
-# dV needs no second accumulator: dO's scale is one number per query tile, so dV rides in the
-# units of the last tile's scale (as O does in the forward): dv <- dv * sdo_before / sdo_i + P^T^ dO^_i.
-# A second accumulator for it, added in fp32 as the Triton kernel does, does not fit in the
-# registers beside dK's T (it spilled and ran 1.03-1.16x the Triton kernel, against 1.37-1.42x).
-#
-# The price: dV is summed inside the tensor cores, and Hopper's FP8 MMA keeps only about 14 bits
-# of the running sum when it adds products to it (DeepSeek-V3 report, section 3.3.2). Small
-# contributions added to a large dv lose their low bits. So each head's query tiles run from the
-# last back to the diagonal: far queries, whose P is small, come first, and dv grows toward its
-# final size. Measured on the H200 (head 0 against fp32, N = 8192 / 16384 / 32768): dV error
-# 0.0514 / 0.0509 / 0.0524 in this order, the Triton kernel's to four digits; diagonal-first it
-# was 0.0517 / 0.0517 / 0.0572. That was on N(0,1) inputs. Where dO has a nonzero mean, dV's terms
-# share a sign and the sum grows with every tile whatever the order: with dO = 1 + 0.1 N(0,1) dV
-# came out 3.6% low at N = 4096 and 15% low at N = 16384 (SPEED.md, step 17). So every DV_FLUSH
-# query tiles the tensor cores' sum is added to an fp32 dV in shared memory (32 KiB at D = 128)
-# and restarts from zero: it never spans more than DV_FLUSH tiles. A second fp32 accumulator in
-# registers, the forward's fix, spilled here (976 bytes at D = 128, offline, when step 17 tried it
-# with step 12's rows of the next tile still in registers): dK, dV and T alone take 192 of the 255.
+# dV: dO's scale is one number per query tile, so dV sums in the tensor cores in the units of the
+# last tile's scale (as O does in the forward): dv <- dv * sdo_before / sdo_i + P^T^ dO^_i.
+# Hopper's FP8 MMA keeps only about 14 bits of that running sum (DeepSeek-V3 report, section 3.3.2),
+# and small contributions added to a large dv lose their low bits. So each head's query tiles run
+# from the last back to the diagonal: far queries, whose P is small, come first, and dv grows toward
+# its final size (on N(0,1) inputs this matched the Triton kernel's dV error to four digits where
+# diagonal-first did not). Where dO has a nonzero mean, dV's terms share a sign and the sum grows with
+# every tile whatever the order (dV 3.6% low at N = 4096 and 15% at N = 16384 with dO = 1 + 0.1
+# N(0,1); SPEED.md, step 17). So every DV_FLUSH query tiles the tensor cores' sum is added to an fp32
+# dV in shared memory (32 KiB at D = 128) and restarts from zero. A second fp32 accumulator in
+# registers, the forward's fix, does not fit: dK, dV and T alone take 192 of the 255 registers.
 #
 # Registers per thread at D = 128: dK and dV take 64 each, S^T and dP^T 32 each, T 64 (after
 # S^T and dP^T are dead). One warpgroup per program (BLOCK_N = 64) and two programs per SM ran
@@ -488,8 +477,8 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
         lse_n, delta_n = lse, delta     # unused: the loop drops them
         lse = rows_smem.slice(0, BLOCK_M).load(gl.SliceLayout(0, s_layout))
         delta = rows_smem.slice(BLOCK_M, BLOCK_M).load(gl.SliceLayout(0, s_layout))
-        # Once every warp has them, the next tile's come in (one slot: two would take the shared
-        # memory that two programs per SM leave at D = 128, by 32 bytes).
+        # Once every warp has them, the next tile's come in (one slot: two would not leave room for
+        # two programs per SM at D = 128).
         thread_barrier()
         _dkdv_rows_copy(bh_n, start_m_n, rows_smem, b, H, LSE, stride_lb, DELTA, N, N_pad, BLOCK_M, BLOCK_N // 16)
         if start_m + BLOCK_M > N:   # query rows past N get LSE = +inf, hence P = 0 (their dO^ rows are zero too)
@@ -657,41 +646,31 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 
 
 # BLOCK_N keys per program (one warpgroup per 64), inside attention_fp8's key tile; BLOCK_M is
-# the 64-row query tile. Two query tiles in flight: a third slot measured no faster, twice
-# (results/dkdv_stages3_h200.txt), when it fit in 112 KiB of shared memory at D = 128; since dV's
-# fp32 buffer (32 KiB, step 17) two slots take 112.5 KiB, and a third would leave one program per SM.
+# the 64-row query tile. Two query tiles in flight: a third slot ran no faster when it fit
+# (results/dkdv_stages3_h200.txt), and beside dV's 32 KiB fp32 buffer it would leave one program per
+# SM at D = 128.
 # maxnreg: as for the forward, three programs per SM at D = 64, which made this kernel faster than
-# the Triton one there (SPEED.md, step 11). As configured below it takes about 230 registers
-# uncapped and spills 140 bytes at 168 under Triton 3.6; under 3.8, with 3.8's configuration, it
-# spilled 152 when that was chosen and 44 since step 23's grid (`python kernel_registers.py`).
+# the Triton one there (SPEED.md, step 11), for some spilled bytes (`python kernel_registers.py`).
 # At D = 128 dK and dV alone take 128 registers per thread: two programs per SM is all that fits.
-# DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above). Measured on the H200
-# (dO = 1 + 0.1 N(0,1), N = 4096 and 16384, results/dkdv_flush_swizzle_h200.txt): dV's mean bias
-# -0.11% with 2 (the Triton kernel's, P's rounding), -0.18 / -0.20% with 4, -0.47 / -0.54% with 8;
-# the kernel 1.06x / 1.04x faster with 4 than with 2, and 8 only 1.03x / 1.02x faster than 4.
-# With 4 (and the swizzle, step 18) it took 1844 / 590 us of GPU time at 2x16x8192x128 /
-# 4x16x4096x64: 1.57x / 1.35x the Triton kernel, 0.82x / 0.89x of its speed with no flush (wrong
-# where dO has a mean), those two read in an earlier run of the same machine kind
-# (results/output_normalization_h200.txt); steps 19 and 20 took it to 1776 / 579 us.
+# DV_FLUSH: query tiles per flush of dV's tensor-core sum into fp32 (above). Where dO has a mean,
+# dV's bias is -0.11% with 2 (the Triton kernel's, from P's rounding), about -0.2% with 4 and -0.5%
+# with 8; 4 runs 1.04-1.06x faster than 2, and 8 only 1.02-1.03x faster than 4
+# (results/dkdv_flush_swizzle_h200.txt).
 # ROWS_CP_ASYNC: each query tile's LSE and delta come through shared memory (_dkdv_rows_copy) rather
-# than loaded into registers a tile ahead: the kernel 1.033x / 1.044x faster at 2x16x8192x128 /
-# 4x16x4096x128, but 0.929x at 4x16x4096x64, where it spilled 88 bytes instead of 68 under the cap
-# (results/dkdv_rows_cp_async_h200.txt). So D = 128 only, under Triton 3.6 (3.8 reverses this at
-# D = 64, below).
-# FLUSH_UNDER_DOTS: the flush of dV waits for the next tile's S^T and dP^T wgmmas and runs under them
-# (_dkdv_tile). The same dV bit for bit; the kernel 1.019x / 1.028x faster at 4x16x4096x64 /
-# 2x16x8192x64, though ptxas spills 140 bytes instead of 68 there; at D = 128 0.994x / 0.997x, where
-# ptxas waits for both wgmmas before the flush's adds (results/dkdv_flush_under_dots_h200.txt). So D = 64
-# only, under Triton 3.6 (below: not under 3.8).
+# than loaded into registers a tile ahead. FLUSH_UNDER_DOTS: the flush of dV waits for the next tile's
+# S^T and dP^T wgmmas and runs under them (_dkdv_tile). Each computes the same dV bit for bit, and
+# each wins or loses a few percent depending on the head dim and on the ptxas that Triton bundles, so
+# the choice follows both (results/dkdv_rows_cp_async_h200.txt, dkdv_flush_under_dots_h200.txt;
+# SPEED.md, steps 19-20): under Triton 3.6, cp.async at D = 128 only and the flush under the dots at
+# D = 64 only.
 DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=False,
                          FLUSH_UNDER_DOTS=True, maxnreg=168),
                 128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=True,
                           FLUSH_UNDER_DOTS=False)}
-# Triton 3.8 bundles ptxas 12.9 for Hopper (3.6: 12.8), which spills far more in the D = 64 kernel under
-# the 168-register cap: 496 bytes as configured above (140 under 3.6), 152 with ROWS_CP_ASYNC on and
-# FLUSH_UNDER_DOTS off (44 since step 23's grid). GPU time under 3.8 at 4x16x4096x64 /
-# 2x16x8192x64: 730 / 1374 us as above, 618 / 1163 us (1.18x) that way, 627 / 1182 with both on
-# (results/triton38_h200.txt, section 8). Under 3.6 that way lost (0.929x, step 19), so the choice follows the Triton version.
+# Triton 3.8 bundles ptxas 12.9 for Hopper (3.6: 12.8), which spills far more in the D = 64 kernel as
+# configured above under the 168-register cap (496 bytes, 140 under 3.6); with ROWS_CP_ASYNC on and
+# FLUSH_UNDER_DOTS off it ran 1.18x faster there (results/triton38_h200.txt, section 8), where under
+# 3.6 that way lost (0.929x, step 19).
 if tuple(int(x) for x in triton.__version__.split(".")[:2]) >= (3, 8):
     DKDV_CONFIGS[64].update(ROWS_CP_ASYNC=True, FLUSH_UNDER_DOTS=False)
 

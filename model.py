@@ -44,7 +44,7 @@ def fp8_unavailable(device, head_dim=None):
         return f"no CUDA GPU (device {device.type})"  # on CPU the kernel runs only in Triton's interpreter
     try:
         import attention_fp8
-    except Exception as e:  # the kernel has not landed, or triton is missing
+    except Exception as e:  # attention_fp8.py not on the path, or triton missing or broken
         return f"attention_fp8 does not import ({type(e).__name__}: {e})"
     if not attention_fp8.fp8_supported(device):
         if device.type != "cuda":  # TRITON_INTERPRET=1 set only after attention_fp8 was imported
