@@ -7,7 +7,8 @@ The attention path is one setting, GPTConfig.attention:
   "fp8"        attention_fp8.attention: block-scaled FP8 in all 7 attention matmuls, delta matched to the
                P and dP the backward uses (attention_fp8.py's docstring teaches the method)
   "fp8_stale"  the same kernel with FlashAttention's stale delta = rowsum(dO * O): the paper's ablation
-resolve_attention("auto", device) gives "fp8" where the GPU has FP8 tensor cores and "sdpa" elsewhere.
+resolve_attention("auto", device, head_dim) gives "fp8" where the GPU has FP8 tensor cores and the kernel
+takes the head dim (64 or 128), and "sdpa" elsewhere.
 The paper's knobs: qk_norm, pos ("rope", "learned" as in GPT-2, or "none" = NoPE), n_kv_head (GQA).
 """
 import inspect
@@ -61,8 +62,12 @@ def fp8_unavailable(device, head_dim=None):
 
 
 def resolve_attention(requested, device, head_dim=None):
-    """'auto' -> 'fp8' where the GPU has FP8 tensor cores and the kernel takes the head dim (n_embd /
-    n_head), else 'sdpa'. Returns (path, why not fp8 or None)."""
+    """The attention path for GPTConfig.attention. requested: "auto", "sdpa", "fp8" or "fp8_stale".
+    'auto' -> 'fp8' where the GPU has FP8 tensor cores and the kernel takes the head dim (n_embd /
+    n_head), else 'sdpa'. Returns (path, why not fp8 or None). An fp8 path asked for by name that
+    cannot run here raises RuntimeError; a name not in that list raises ValueError."""
+    if requested not in ("auto", *ATTENTION_PATHS):
+        raise ValueError(f"attention={requested!r}: not one of {['auto', *ATTENTION_PATHS]}")
     if requested == "sdpa":
         return "sdpa", None
     if requested == "auto":
@@ -273,6 +278,9 @@ class GPT(nn.Module):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def forward(self, idx, targets=None):
+        """idx: (b, t) token ids, t <= block_size; targets: (b, t) next-token ids (-1 ignored) or None.
+        Returns (logits, loss): logits (b, t, vocab_size) and the mean cross-entropy over the targets,
+        or without targets the last position's logits (b, 1, vocab_size) and None."""
         b, t = idx.size()
         assert t <= self.config.block_size, f"sequence of length {t} exceeds block_size {self.config.block_size}"
         x = self.transformer.wte(idx)  # (b, t, n_embd)
@@ -293,8 +301,9 @@ class GPT(nn.Module):
 
     def load_state(self, state_dict):
         """Load weights saved by train.py, tolerating the key prefixes torch.compile ('_orig_mod.') and DDP
-        ('module.') add. A learned position table is cropped to a shorter block_size; a longer one is
-        refused: there are no trained rows for the new positions (RoPE and NoPE extend freely)."""
+        ('module.') add. A learned position table is cropped to a shorter block_size; a block_size longer
+        than the checkpoint's table is refused (ValueError): there are no trained rows for the new
+        positions (RoPE and NoPE extend freely). Mismatched keys or shapes raise RuntimeError, on one line."""
         sd = {}
         for k, v in state_dict.items():
             while k.startswith(("_orig_mod.", "module.")):
@@ -330,7 +339,9 @@ class GPT(nn.Module):
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, device_name):
         """Model FLOPs utilization of one device as a fraction of its BF16 dense peak; None for an unknown
-        device. The fp8 attention paths are measured against the BF16 peak too: the linear layers, which do
+        device. fwdbwd_per_iter: sequences of block_size tokens this device runs forward and backward per
+        iteration (all its micro-batches); dt: seconds per iteration; device_name:
+        torch.cuda.get_device_name(). The fp8 attention paths are measured against the BF16 peak too: the linear layers, which do
         most of the FLOPs, run in BF16, and one scale keeps the attention paths comparable."""
         peak = peak_flops(device_name)
         if peak is None:

@@ -226,6 +226,15 @@ def test_resolve_attention_on_cpu(monkeypatch):
         M.resolve_attention("fp8", "cpu")
 
 
+def test_resolve_attention_refuses_unknown_names():
+    """A name that is no attention path is refused as such, not blamed on the device (and on a GPU with
+    FP8 tensor cores, not handed back unchecked)."""
+    for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+        for name in ("flash", "FP8", "fp8-stale", ""):
+            with pytest.raises(ValueError, match=f"attention={name!r}: not one of .*'fp8_stale'"):
+                M.resolve_attention(name, device, 64)
+
+
 def test_fp8_refused_at_other_head_dims(monkeypatch):
     """The kernel takes head dims 64 and 128: elsewhere fp8 is unavailable, with the reason ('auto' then
     falls back to sdpa on a GPU and prints it), and an explicit fp8 path is refused. The CPU interpreter
