@@ -327,12 +327,13 @@ def descriptor_blocks(D, BLOCK_N):
     return {name: (block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)) for name, block in blocks.items()}
 
 
-def forward(q, k8, sk, vt8, sv, causal, qk_scale, config=None):
+def forward(q, k8, sk, vt8, sv, causal, qk_scale):
     """O and LSE2 from BF16/FP16 q (B, H, N, D) and the FP8 copies k8 (B*H_kv, N_pad, D), vt8
-    (B*H_kv, D, N_pad) with their scales, as attention_fp8._forward makes them; qk_scale = tau * log2(e)."""
+    (B*H_kv, D, N_pad) with their scales, as attention_fp8._forward makes them (vt8's keys permuted
+    within each 32 where CONFIGS[D]["PERMUTED_V"] is set); qk_scale = tau * log2(e)."""
     B, H, N, D = q.shape
     BH_kv, n_pad, _ = k8.shape
-    cfg = dict(config or CONFIGS[D])
+    cfg = dict(CONFIGS[D])
     blocks = descriptor_blocks(D, cfg["BLOCK_N"])
     k_desc = TensorDescriptor.from_tensor(k8.view(BH_kv * n_pad, D), *blocks["k_desc"])
     vt_desc = TensorDescriptor.from_tensor(vt8.view(BH_kv * D, n_pad), *blocks["vt_desc"])
@@ -689,14 +690,15 @@ def _pair(x, y):
     return x.as_strided((2, x.numel() // x.shape[-1], x.shape[-1]), (x.numel(), x.shape[-1], 1))
 
 
-def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal, sm_scale, qk_scale, config=None):
-    """dK and dV into dk, dv (B, H_kv, N, D) from the FP8 copies attention_fp8._backward_piece makes
-    (q8, do8 (B*H, N_pad, D) and qt8, dot8 (B*H, D, N_pad), each pair the two halves of one buffer
-    (_pair); k8, v8 (B*H_kv, N_pad, D); scales per row),
+def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal, sm_scale, qk_scale):
+    """dK and dV into dk, dv (B, H_kv, N, D), which must share strides (dv is written with dk's), from
+    the FP8 copies attention_fp8._backward_piece makes (q8, do8 (B*H, N_pad, D) and qt8, dot8 (B*H, D,
+    N_pad), each pair the two halves of one buffer (_pair), qt8's and dot8's queries permuted within
+    each 32 where DKDV_CONFIGS[D]["PERMUTED_Q"] is set; k8, v8 (B*H_kv, N_pad, D); scales per row),
     lse (B, H, N) and delta (B*H, N_pad)."""
     B, H_kv, N, D = dk.shape
     BH, n_pad, _ = q8.shape
-    cfg = dict(config or DKDV_CONFIGS[D])
+    cfg = dict(DKDV_CONFIGS[D])
     blocks = dkdv_descriptor_blocks(D, cfg["BLOCK_M"])
     descs = {name: TensorDescriptor.from_tensor(_pair(x, y), *blocks[name])
              for name, x, y in (("qdo_desc", q8, do8), ("qdot_desc", qt8, dot8))}
