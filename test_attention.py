@@ -1005,6 +1005,8 @@ def test_backward_splits_only_big_problems():
     assert len(A._halves(meta(4, 16, 4096, 128), meta(4, 16, 4096, 128), None)) == 2     # 224 MiB
     assert len(A._halves(meta(2, 16, 4096, 128), meta(2, 2, 4096, 128), None)) == 0      # GQA: 70 MiB
     assert len(A._halves(meta(4, 16, 4096, 128), meta(4, 2, 4096, 128), None)) == 2      # GQA: 140 MiB
+    assert len(A._halves(meta(6, 16, 2048, 128), meta(6, 2, 2048, 128), None)) == 0      # GQA: 105 MiB (168 if
+    # K, K^T and V were counted at q's heads)
     assert len(A._halves(meta(1, 1, 2**20, 128), meta(1, 1, 2**20, 128), None)) == 0     # nothing to split
 
 

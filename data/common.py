@@ -103,7 +103,8 @@ def path_order(relpath):
 
 def tokenize(texts, tok, num_threads=8):
     """Documents -> one uint16 array per document, each led by the end-of-text token (llm.c)."""
-    assert tok.vocab_size <= 2**16, "uint16 shards need a vocab of at most 65536"
+    if tok.vocab_size > 2**16:     # an error, not an assert: python -O would drop it and wrap the ids
+        raise ValueError(f"uint16 shards need a vocab of at most 65,536 tokens; this tokenizer has {tok.vocab_size:,}")
     for ids in tok.encode_batch(texts, num_threads=num_threads):
         yield np.array([tok.eot] + ids, dtype=np.uint16)
 
@@ -128,7 +129,10 @@ def atomic_write(path, write_fn, mode="wb"):
 def write_shard(path, tokens):
     tokens = np.asarray(tokens)
     if tokens.dtype != np.uint16:
-        assert tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < 2**16), "tokens must fit in uint16"
+        # an error, not an assert: python -O would drop it, and astype would wrap 65536 to 0 silently
+        if tokens.size and not (tokens.min() >= 0 and tokens.max() < 2**16):
+            raise ValueError(f"shard {path}: token ids must lie in [0, 65535] to fit uint16, got "
+                             f"{tokens.min()} to {tokens.max()}")
         tokens = tokens.astype(np.uint16)
     header = np.zeros(HEADER_INTS, dtype=np.int32)
     header[:3] = MAGIC, VERSION, len(tokens)

@@ -88,6 +88,9 @@ BUGS = {
     "quantize_scale": ("c = tl.where(live, 448.0 / tl.maximum(amax, 1e-30), 0.0)\n    x8 = (x * c)",
                        "c = tl.where(live, 440.0 / tl.maximum(amax, 1e-30), 0.0)\n    x8 = (x * c)",
                        "the quantize kernel's copies 1.8% small for their scales"),
+    "halves_count_kv_copies_at_q_heads": ("        pieces = 2 if (4 * H + 3 * H_kv) * B * _padded(N) * D > SPLIT_BYTES else 1",
+                                          "        pieces = 2 if (4 * H + 3 * H) * B * _padded(N) * D > SPLIT_BYTES else 1",
+                                          "grouped-query K, K^T and V copies counted at q's heads: small calls split in halves"),
 }
 
 

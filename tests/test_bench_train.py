@@ -81,6 +81,7 @@ def test_main_table_ratios(monkeypatch, capsys):
     ([], "| 65,536 tokens/step |"),
     (["--block_sizes=1024,3072"], "| tokens/step 65,536 at T=1024, 64,512 at T=3072 |"),
     (["--tokens_per_step=100", "--block_sizes=64"], "| 64 tokens/step |"),
+    (["--tokens_per_step=32", "--block_sizes=64"], "| 64 tokens/step |"),     # below one sequence: one runs
 ])
 def test_header_gives_the_tokens_each_step_runs(monkeypatch, capsys, args, header):
     """The header printed the tokens asked for (65,536) where a block size that does not divide them ran
@@ -101,6 +102,8 @@ def test_peak_gib(monkeypatch):
     ("--lerning=1", "unknown config key 'lerning'"),
     ("--block_sizes=abc", "block_sizes='abc': expected whole numbers >= 1"),
     ("--block_sizes=1024,", "block_sizes='1024,': expected whole numbers >= 1"),
+    ("--block_sizes=0", "block_sizes='0': expected whole numbers >= 1"),
+    ("--block_sizes=1024,-1", "block_sizes='1024,-1': expected whole numbers >= 1"),
     ("--steps=0", "steps=0: must be at least 1"),
     ("--device=gpu", "device='gpu': expected auto, cpu, cuda or cuda:N"),
     ("--attentions=sdpa,bogus", "unknown path(s) 'bogus'; the paths are auto, fp8, fp8_stale, sdpa, sdpa_cudnn,"),

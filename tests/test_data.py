@@ -29,6 +29,10 @@ def test_shard_round_trip(tmp_path):
     assert not [f for f in os.listdir(tmp_path) if ".tmp" in f], "a temporary file was left behind"
     write_shard(path, [5, 6, 7])  # python ints: checked and converted
     assert read_shard(path).tolist() == [5, 6, 7]
+    for bad in ([1, 65536, 2], [-1, 3]):    # past uint16 they would wrap around (65536 -> 0) silently
+        with pytest.raises(ValueError, match=r"token ids must lie in \[0, 65535\] to fit uint16"):
+            write_shard(path, bad)
+    assert read_shard(path).tolist() == [5, 6, 7], "a refused write touched the shard"
 
 
 def _corrupt(path, how):
@@ -115,6 +119,37 @@ def test_shard_writer_splits_documents_and_removes_stale_shards(tmp_path, monkey
     w.add(docs[0])
     w.close()
     assert len(shard_paths(str(tmp_path), "train")) == 1
+    # the same with a name that means something else as a regular expression ([1] is a character class)
+    for n_docs in (4, 1):
+        w = ShardWriter(str(tmp_path), "t[1]", "val", shard_tokens=10)
+        for d in docs[:n_docs]:
+            w.add(d)
+        w.close()
+    assert [os.path.basename(p) for p in shard_paths(str(tmp_path), "val")] == ["t[1]_val_000000.bin"]
+
+
+def test_token_counts_sum_over_every_shard_of_a_split(tmp_path):
+    """check_counts adds up all of a split's shards: a dataset of several shards per split (FineWeb's are
+    100M tokens each) must pass, and one shard too many or too few must not."""
+    docs = [np.arange(i * 10, i * 10 + 7, dtype=np.uint16) for i in range(4)]  # 28 tokens
+    for split, n_docs in (("train", 4), ("val", 2)):
+        w = ShardWriter(str(tmp_path), "m", split, shard_tokens=10)
+        for d in docs[:n_docs]:
+            w.add(d)
+        w.close()
+    assert [len(shard_paths(str(tmp_path), s)) for s in ("train", "val")] == [3, 2]
+    common.check_counts(str(tmp_path), {"train_tokens": 28, "val_tokens": 14})
+    os.remove(tmp_path / "m_train_000001.bin")
+    with pytest.raises(ValueError, match="meta.json counts 28 train tokens but the train shards hold 18"):
+        common.check_counts(str(tmp_path), {"train_tokens": 28, "val_tokens": 14})
+
+
+def test_hidden_copies_of_shards_are_not_shards(tmp_path):
+    """macOS leaves ._<name> beside each file copied to a foreign disk (AppleDouble, not a shard): a
+    dataset copied from a Mac must train, not stop on the first of them as a corrupt shard."""
+    write_shard(str(tmp_path / "x_train_000000.bin"), np.arange(50, dtype=np.uint16))
+    (tmp_path / "._x_train_000000.bin").write_bytes(b"\0\5\x16\x07" + b"\0" * 60)
+    assert [os.path.basename(p) for p in shard_paths(str(tmp_path), "train")] == ["x_train_000000.bin"]
 
 
 def test_gpt2_tokenizer_from_offline_cache(monkeypatch):
@@ -499,6 +534,11 @@ def test_builtin_corpus_skips_dangling_and_unreadable_files(tmp_path, monkeypatc
     monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
     assert sorted(os.path.basename(f) for _, f in builtin.source_files(site_packages=False)) == \
         [f"m{i}.py" for i in range(6)]
+    # a file this user may not read (root reads everything, so os.access stands in for the permission)
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: not path.endswith("m5.py") and access(path, mode))
+    assert sorted(os.path.basename(f) for _, f in builtin.source_files(site_packages=False)) == \
+        [f"m{i}.py" for i in range(5)]
 
 
 def test_builtin_corpus_takes_packages_once_and_one_percent_for_val(tmp_path, monkeypatch):
@@ -604,6 +644,29 @@ def test_fineweb_refuses_fewer_than_one_train_shard(tmp_path, monkeypatch, n):
     with pytest.raises(SystemExit, match=rf"--train_shards={n}: need 1 or more \(each is 100M tokens; 103 exist\)"):
         fw.prepare("fineweb10B", train_shards=n, out_dir=str(tmp_path / "fw"))
     assert not os.path.exists(tmp_path / "fw" / "meta.json")
+
+
+def test_a_text_folder_of_one_file_is_refused(tmp_path):
+    """A folder needs a file for val and one for train: one file would make an empty train split, and the
+    trainer's error would come only after the preparation said it was done."""
+    from data.text.prepare import prepare
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "only.txt").write_text("some text " * 60)
+    with pytest.raises(SystemExit, match=r"holds 1 files ending in .*: need 2 or more .*or pass a single file"):
+        prepare(str(docs), str(tmp_path / "out"), tokenizer="bytes")
+    assert not os.path.exists(tmp_path / "out" / "meta.json")
+
+
+def test_shakespeare_records_a_relative_input_as_absolute(tmp_path, monkeypatch):
+    """The remake command in meta.json is pasted from anywhere: --input=tiny.txt, given relative to the
+    folder the preparation ran in, would not be found from another."""
+    from data.shakespeare.prepare import prepare
+    (tmp_path / "tiny.txt").write_text("To be, or not to be. " * 20)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "sh"
+    prepare("tiny.txt", str(out), tokenizer="bytes")
+    assert f"--input={tmp_path / 'tiny.txt'}" in load_meta(str(out))["prepare"]
 
 
 def test_file_names_that_are_not_utf8_still_sort(tmp_path):

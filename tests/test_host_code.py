@@ -47,6 +47,9 @@ def test_check_inputs_bounds_are_exact():
         A._check_inputs(x, x, x, "matched")
     with pytest.raises(ValueError, match="32-bit offsets"):     # one more batch: 2^31 exactly
         A._check_inputs(meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), "matched")
+    # the (batch, head) pairs counted are q's: grouped-query k and v have fewer, but the launches take q's
+    with pytest.raises(ValueError, match="batch x heads = 32768 x 2 = 65,536 is over 65,535"):
+        A._check_inputs(meta(32768, 2, 16, 64), meta(32768, 1, 16, 64), meta(32768, 1, 16, 64), "matched")
     long = 2**24 + 1        # tiles of one head go on a grid's first axis, which holds 2^31 - 1 programs
     with pytest.raises(ValueError, match=accepted):
         A._check_inputs(meta(1, 1, long, 64), meta(1, 1, long, 64), meta(1, 1, long, 64), "matched")
@@ -62,6 +65,8 @@ def test_check_inputs_refuses_what_the_kernels_cannot_take():
             A.attention(q, k, v)
 
     refused(ValueError, "batch, seq_len and head_dim", q, q[:1], q[:1])           # batch alone differs
+    q128 = torch.randn(2, 2, 16, 128, dtype=torch.bfloat16, device=DEVICE)
+    refused(ValueError, "batch, seq_len and head_dim", q, q128, q128)             # head_dim alone differs
     refused(TypeError, "share one dtype", q, q, q.half())                         # v's dtype alone differs
     refused(ValueError, "multiple of", q, q[:, :0], q[:, :0])                     # no kv heads: not H % 0
     q3 = torch.randn(2, 3, 16, 64, dtype=torch.bfloat16, device=DEVICE)
@@ -69,6 +74,7 @@ def test_check_inputs_refuses_what_the_kernels_cannot_take():
     refused(ValueError, "empty input", q[:0], q[:0], q[:0])                       # no batch
     refused(ValueError, "empty input", q[:, :0], q[:, :1], q[:, :1])              # no query heads (0 % 1 == 0)
     refused(ValueError, "one device", q, q.to("meta"), q.to("meta"))               # k, v elsewhere than q
+    refused(ValueError, "one device", q, q, q.to("meta"))                          # v alone elsewhere
 
 
 def test_fp8_supported_on_cpu_only_under_the_interpreter(monkeypatch):
@@ -273,7 +279,11 @@ def test_sm_scale_must_fit_fp32():
     q = torch.randn(1, 1, 16, D, dtype=torch.bfloat16, device=DEVICE)
     with pytest.raises(ValueError, match="too large for the kernels' fp32 arithmetic"):
         A.attention(q, q, q, sm_scale=1e39)
+    # the bound is on sm_scale * log2(e): 3e38 fits fp32 itself (max 3.4e38) but not once multiplied
+    with pytest.raises(ValueError, match="too large for the kernels' fp32 arithmetic"):
+        A.attention(q, q, q, sm_scale=3e38)
     assert A._causal_and_scale(q, True, 1e30) == (True, 1e30)
+    assert A._causal_and_scale(q, True, 0.0) == (True, 0.0)     # >= 0, as documented: uniform attention
 
 
 @pytest.mark.parametrize("hidden,words", [
