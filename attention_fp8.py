@@ -8,7 +8,7 @@ accumulation), and the backward's `delta` is computed from exactly the P and dP 
     o = attention(q, k, v, causal=True)     # q (B, H, N, D), k and v (B, H_kv, N, D), bf16 or fp16, D 64 or 128
     o = attention(q, k, v, delta="stale")   # the ablation arm: FlashAttention's delta = rowsum(dO * O)
 
-H_kv may divide H (grouped-query attention: each kv head serves H / H_kv query heads). Also public:
+H_kv must divide H (grouped-query attention: each kv head serves H / H_kv query heads). Also public:
 delta_stats (the per-row dS sums the trainer's monitor logs), quantize (the tests build their
 references from its dequantized inputs) and fp8_supported.
 
