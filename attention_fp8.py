@@ -213,7 +213,7 @@ def _permuted_cols(x):
     (+16); permuted by pi, the registers it holds are the operand's, so no shuffles are needed. The
     other operand (V^T, K^T) is stored with its tokens in the same order, and the dot sums over
     them in any order alike (attention_fp8_hopper._p_operand). The Gluon dK/dV kernel does the same
-    with P^T and dS^T against Q^T and dO^T (PERMUTED_Q)."""
+    with P^T and dS^T against Q^T and dO^T."""
     x = tl.reshape(x, [x.shape[0], x.shape[1] // 32, 2, 2, 2, 2, 2])    # (row, 32s, c4, c3, c2, c1, c0)
     return tl.reshape(tl.permute(x, (0, 1, 2, 4, 5, 3, 6)), [x.shape[0], x.shape[1] * 32])
 
@@ -868,8 +868,8 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
     tile = tiles(D, shared)
     if _gluon(q, HOPPER_FORWARD, COMPILED_MIN_SCORES if compiled else HOPPER_FORWARD_MIN_SCORES):
         import attention_fp8_hopper       # Gluon; imported only where it runs
-        permuted = attention_fp8_hopper.CONFIGS[D].get("PERMUTED_V", False)
-        (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permuted)
+        # V^T's keys permuted within each 32, as the Gluon forward's P~^ operand wants them (_p_operand)
+        (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], True)
         return attention_fp8_hopper.forward(q, k8, sk, vt8, sv, causal, sm_scale * LOG2E)
     (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
     o = _empty_as(q)
@@ -948,8 +948,8 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
     tile = tiles(D, shared)
     if gluon:
         import attention_fp8_hopper       # Gluon; imported only where it runs
-    # The Gluon dK/dV kernel may read Q^T and dO^T with each 32 queries permuted (its PERMUTED_Q).
-    permuted = gluon and attention_fp8_hopper.DKDV_CONFIGS[D].get("PERMUTED_Q", False)
+    # The Gluon dK/dV kernel reads Q^T and dO^T with each 32 queries permuted (its _p_operand).
+    permuted = gluon
     # Same tiles as the forward for Q and K: bit-identical Q^, K^, hence the forward's S and LSE.
     (q8, qt8, sq), (do8, dot8, sdo) = _quantize([(q, True, True), (do, True, True)], tile["q"], permuted)
     # K^T's keys permuted as the dQ kernel's dS^ (_permuted_cols)

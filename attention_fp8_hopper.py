@@ -14,9 +14,8 @@ asynchronous warpgroup MMA, TMA and mbarriers, so the schedule is written out:
                   add them to acc and w in fp32
 
 P~^ goes to the P V wgmma straight from the registers the softmax left it in: V^T's keys are
-stored permuted within each 32 (_p_operand) so that no shuffles are needed. (PERMUTED_V = False:
-P~^ through shared memory, a store, a fence and a barrier per tile, but the last, masked tile's
-through a register shuffle; 1.04-1.09x slower, SPEED.md step 7.)
+stored permuted within each 32 (_p_operand) so that no shuffles are needed. (P~^ through shared
+memory instead, a store, a fence and a barrier per tile, ran 1.04-1.09x slower: SPEED.md, step 7.)
 
 Letting P V run on into the next softmax too (FlashAttention-3's full overlap) makes ptxas
 serialize every wgmma (advisory C7514), so each iteration ends on both dots. At head dim 64 it pays
@@ -152,7 +151,7 @@ def _p_operand(p8, p_layout: gl.constexpr):
 def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK, vt_desc, SVT, O, LSE, qk_scale,
                        N, N_pad, H, H_KV, stride_ob, stride_oh, stride_on,
                        D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                       STAGES: gl.constexpr, G: gl.constexpr, PERMUTED_V: gl.constexpr = False):
+                       STAGES: gl.constexpr, G: gl.constexpr):
     # One warpgroup (4 warps) per 64 rows, i.e. per query tile, which has one scale.
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M: one or two query tiles of 64 rows")
     gl.static_assert(STAGES >= 3, "slots for the tile being freed, the tile in P V and the next tile's S")
@@ -203,9 +202,6 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    # P~^ of the tile in flight, for the P V wgmma when PERMUTED_V is off
-    p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_M, BLOCK_N],
-                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], gl.float8e4nv))
     # The B operand of W = P~^ 1 (stored as its transpose, K-major as FP8 wgmma wants it)
     ones_smem = gl.allocate_shared_memory(gl.float8e4nv, [8, BLOCK_N],
                                           gl.NVMMASharedLayout.get_default_for([8, BLOCK_N], gl.float8e4nv),
@@ -264,17 +260,10 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
                                                   CAUSAL, False, s_cols, o_rows)
         # P~^ in registers, keys in V^T's permuted order: no shuffles (a convert_layout into the
         # operand layout without the permutation took ~250 instructions per tile, SPEED.md step 4).
-        if PERMUTED_V:
-            p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
-            pv = warpgroup_mma(p8, v_smem.index(j % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
-            w = warpgroup_mma(gl.convert_layout(p8, pw_layout), ones_smem.permute((1, 0)), w_zero, use_acc=False,
-                              is_async=True)
-        else:
-            p_smem.store(p.to(gl.float8e4nv))
-            fence_async_shared()
-            thread_barrier()
-            pv = warpgroup_mma(p_smem, v_smem.index(j % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
-            w = warpgroup_mma(p_smem, ones_smem.permute((1, 0)), w_zero, use_acc=False, is_async=True)
+        p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
+        pv = warpgroup_mma(p8, v_smem.index(j % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
+        w = warpgroup_mma(gl.convert_layout(p8, pw_layout), ones_smem.permute((1, 0)), w_zero, use_acc=False,
+                          is_async=True)
         # All done before the next softmax. (Letting P V run on into it makes ptxas serialize every
         # wgmma: it gives the next S the registers the softmax still reads.)
         s, pv, w = warpgroup_mma_wait(0, deps=[s_next, pv, w])
@@ -288,10 +277,7 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
     start_n = last * BLOCK_N
     p, m_i, l_i, sv, c, alpha = _softmax_tile(s, m_i, l_i, sv, qs, sk_j, sv_j, offs_m, start_n, N, BLOCK_N, CAUSAL,
                                               True, s_cols, o_rows)
-    if PERMUTED_V:
-        p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
-    else:
-        p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    p8 = _p_operand(p.to(gl.float8e4nv), p_layout)
     pv = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), o_zero, use_acc=False, is_async=True)
     w = warpgroup_mma(gl.convert_layout(p8, pw_layout), ones_smem.permute((1, 0)), w_zero, use_acc=False,
                       is_async=True)
@@ -310,13 +296,12 @@ def _fwd_kernel_hopper(Q, stride_qb, stride_qh, stride_qn, stride_qd, k_desc, SK
 
 
 # Tiles per head dim. BLOCK_M is one or two of attention_fp8's 64-row query tiles (one warpgroup
-# each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight. PERMUTED_V: P~^ to the
-# P V wgmma in registers, with V^T's keys permuted (attention_fp8._forward makes that copy).
+# each); BLOCK_N must lie inside its key tile. STAGES: K/V slots in flight.
 # maxnreg (a compile option, not a tile): at D = 64 ptxas would take 244 registers per thread, so two
 # programs per SM; capped at 168 (a few bytes spilled: `python kernel_registers.py`), three fit in
 # the 64K registers of an SM, and more warps hide the softmax's latency (SPEED.md, step 11).
-CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True, maxnreg=168),
-           128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, PERMUTED_V=True)}
+CONFIGS = {64: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3, maxnreg=168),
+           128: dict(BLOCK_M=64, BLOCK_N=128, STAGES=3)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -330,7 +315,7 @@ def descriptor_blocks(D, BLOCK_N):
 def forward(q, k8, sk, vt8, sv, causal, qk_scale):
     """O and LSE2 from BF16/FP16 q (B, H, N, D) and the FP8 copies k8 (B*H_kv, N_pad, D), vt8
     (B*H_kv, D, N_pad) with their scales, as attention_fp8._forward makes them (vt8's keys permuted
-    within each 32 where CONFIGS[D]["PERMUTED_V"] is set); qk_scale = tau * log2(e)."""
+    within each 32, _p_operand); qk_scale = tau * log2(e)."""
     B, H, N, D = q.shape
     BH_kv, n_pad, _ = k8.shape
     cfg = dict(CONFIGS[D])
@@ -375,7 +360,7 @@ def forward(q, k8, sk, vt8, sv, causal, qk_scale):
 # Q^, dO^ and their token-contiguous copies come in by TMA into two slots, two copies per tile. Query
 # tiles run over every query head of the kv head (grouped-query attention): tile `it` counts
 # across heads. P^T^ and dS^T^ go to the dV and dK wgmmas as register operands, as P~^ does in the
-# forward: Q^T and dO^T hold each 32 queries permuted (PERMUTED_Q; _p_operand).
+# forward: Q^T and dO^T hold each 32 queries permuted (_p_operand).
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _dkdv_next(it, n_tiles, bh, start_m, m_lo, m_first, BLOCK_M: gl.constexpr):
@@ -435,10 +420,10 @@ def _dkdv_scales(bh, start_m, SQ, SDO, N_pad):
 
 @gluon.jit
 def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem, rows_smem, k_smem, v_smem,
-               qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc, SQ, SDO, LSE, stride_lb, DELTA,
+               qdo_smem, qdot_smem, ready, qdo_desc, qdot_desc, SQ, SDO, LSE, stride_lb, DELTA,
                sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad,
                D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-               MASK: gl.constexpr, PERMUTED_Q: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
+               MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
                p_layout: gl.constexpr, DV_FLUSH: gl.constexpr, ROWS_CP_ASYNC: gl.constexpr,
                FLUSH_UNDER_DOTS: gl.constexpr):
     # Two slots: this tile's and the next's. Every warp is done with tile it - 1 (the wait at the
@@ -492,15 +477,8 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
     if MASK:
         sT = gl.where(offs_m[None, :] >= offs_n[:, None], sT, float("-inf"))
     pT = gl.exp2(sT * gl.maximum(sk_qk * sq, 1e-30) - (lse - 8.0)[None, :])    # 256 P^T (f floored, see above)
-    # P^T^ to the dV wgmma: from registers when dO^T's queries are stored permuted (_p_operand),
-    # else through shared memory (a store, a fence and a barrier).
-    if PERMUTED_Q:
-        p_op = _p_operand(pT.to(gl.float8e4nv), p_layout)
-    else:
-        p_smem.store(pT.to(gl.float8e4nv))
-        fence_async_shared()
-        thread_barrier()
-        p_op = p_smem
+    # P^T^ to the dV wgmma from registers: dO^T's queries are stored permuted (_p_operand)
+    p_op = _p_operand(pT.to(gl.float8e4nv), p_layout)
     # dV in the units of dO's scale (a zero tile of dO, scale 0, adds nothing: the units stay)
     sdo_new = gl.where(sdo > 0, sdo, sdo_u)
     dv = warpgroup_mma(p_op, dot_smem.permute((1, 0)),
@@ -511,13 +489,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
     # one dynamic scale per key row: dK reduces over queries, so it factors out of the dot
     amax = gl.maximum(gl.max(gl.abs(dsT), 1), 1e-30)
     ds8 = (dsT * (448.0 / amax)[:, None]).to(gl.float8e4nv)
-    if PERMUTED_Q:      # Q^T's queries permuted alike
-        ds_op = _p_operand(ds8, p_layout)
-    else:
-        ds_smem.store(ds8)
-        fence_async_shared()
-        thread_barrier()
-        ds_op = ds_smem
+    ds_op = _p_operand(ds8, p_layout)       # Q^T's queries permuted alike
     t = warpgroup_mma(ds_op, qt_smem.permute((1, 0)), gl.zeros([BLOCK_N, D], gl.float32, o_layout),
                       use_acc=False, is_async=True)
     t, dv = warpgroup_mma_wait(0, deps=[t, dv])
@@ -537,7 +509,7 @@ def _dkdv_tile(it, n_tiles, bh, start_m, lse, delta, sq, sdo, dk, dv, sdo_u, dv_
 def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, stride_lb, DELTA, DK, DV,
                         sm_scale, qk_scale, N, N_pad, H, H_KV, stride_kb, stride_kh, stride_kn,
                         D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
-                        DV_FLUSH: gl.constexpr, G: gl.constexpr, PERMUTED_Q: gl.constexpr = False, ROWS_CP_ASYNC: gl.constexpr = False,
+                        DV_FLUSH: gl.constexpr, G: gl.constexpr, ROWS_CP_ASYNC: gl.constexpr = False,
                         FLUSH_UNDER_DOTS: gl.constexpr = False):
     gl.static_assert(DV_FLUSH >= 1, "query tiles per flush of dV's tensor-core sum into fp32")
     gl.static_assert(BLOCK_M == 64, "BLOCK_M is the 64-row query tile: one Q and one dO scale per tile")
@@ -576,10 +548,6 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
     ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(ready.index(i), count=1)
-    # P^T^ and dS^T^ of the tile in flight, for the dV and dK wgmmas
-    pt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], gl.float8e4nv)
-    p_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
-    ds_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, BLOCK_M], pt_layout)
     # dV in fp32, in true units: the tensor cores' sum is flushed into it every DV_FLUSH tiles
     # Swizzled: the accumulator layout gives each thread 2 adjacent columns of 8 rows spaced D
     # floats apart, so unswizzled the 4 rows of a half-warp's 64-bit access fall in one 8-bank group
@@ -623,15 +591,15 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
         for j in range(0, n_m - n_diag):     # away from the diagonal: no mask
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
-                rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
+                rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                False, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC, FLUSH_UNDER_DOTS)
+                False, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC, FLUSH_UNDER_DOTS)
         for j in range(n_m - n_diag, n_m):
             lse, delta, sq, sdo, dk, dv, sdo_u = _dkdv_tile(
                 g * n_m + j, n_tiles, bh0 + g, m_first - j * BLOCK_M, lse, delta, sq, sdo, dk, dv, sdo_u, dv_smem,
-                rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, p_smem, ds_smem, ready, qdo_desc, qdot_desc,
+                rows_smem, k_smem, v_smem, qdo_smem, qdot_smem, ready, qdo_desc, qdot_desc,
                 SQ, SDO, LSE, stride_lb, DELTA, sk_qk, sv, offs_n, m_lo, m_first, b, H, N, N_pad, D, BLOCK_N, BLOCK_M,
-                CAUSAL, PERMUTED_Q, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC, FLUSH_UNDER_DOTS)
+                CAUSAL, s_layout, o_layout, p_layout, DV_FLUSH, ROWS_CP_ASYNC, FLUSH_UNDER_DOTS)
     for i in gl.static_range(2):
         mbarrier.invalidate(ready.index(i))
     if ROWS_CP_ASYNC:
@@ -664,9 +632,9 @@ def _dkdv_kernel_hopper(qdo_desc, SQ, qdot_desc, K8, SK, V8, SV, SDO, LSE, strid
 # the choice follows both (results/dkdv_rows_cp_async_h200.txt, dkdv_flush_under_dots_h200.txt;
 # SPEED.md, steps 19-20): under Triton 3.6, cp.async at D = 128 only and the flush under the dots at
 # D = 64 only.
-DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=False,
+DKDV_CONFIGS = {64: dict(BLOCK_N=64, BLOCK_M=64, DV_FLUSH=4, ROWS_CP_ASYNC=False,
                          FLUSH_UNDER_DOTS=True, maxnreg=168),
-                128: dict(BLOCK_N=64, BLOCK_M=64, PERMUTED_Q=True, DV_FLUSH=4, ROWS_CP_ASYNC=True,
+                128: dict(BLOCK_N=64, BLOCK_M=64, DV_FLUSH=4, ROWS_CP_ASYNC=True,
                           FLUSH_UNDER_DOTS=False)}
 # Triton 3.8 bundles ptxas 12.9 for Hopper (3.6: 12.8), which spills far more in the D = 64 kernel as
 # configured above under the 168-register cap (496 bytes, 140 under 3.6); with ROWS_CP_ASYNC on and
@@ -694,7 +662,7 @@ def dkdv(q8, sq, qt8, k8, sk, v8, sv, do8, sdo, dot8, lse, delta, dk, dv, causal
     """dK and dV into dk, dv (B, H_kv, N, D), which must share strides (dv is written with dk's), from
     the FP8 copies attention_fp8._backward_piece makes (q8, do8 (B*H, N_pad, D) and qt8, dot8 (B*H, D,
     N_pad), each pair the two halves of one buffer (_pair), qt8's and dot8's queries permuted within
-    each 32 where DKDV_CONFIGS[D]["PERMUTED_Q"] is set; k8, v8 (B*H_kv, N_pad, D); scales per row),
+    each 32 (_p_operand); k8, v8 (B*H_kv, N_pad, D); scales per row),
     lse (B, H, N) and delta (B*H, N_pad)."""
     B, H_kv, N, D = dk.shape
     BH, n_pad, _ = q8.shape
