@@ -341,8 +341,9 @@ class GPT(nn.Module):
         """Model FLOPs utilization of one device as a fraction of its BF16 dense peak; None for an unknown
         device. fwdbwd_per_iter: sequences of block_size tokens this device runs forward and backward per
         iteration (all its micro-batches); dt: seconds per iteration; device_name:
-        torch.cuda.get_device_name(). The fp8 attention paths are measured against the BF16 peak too: the linear layers, which do
-        most of the FLOPs, run in BF16, and one scale keeps the attention paths comparable."""
+        torch.cuda.get_device_name(). The fp8 attention paths are measured against the BF16 peak too:
+        the linear layers, which do most of the FLOPs, run in BF16, and one scale keeps the attention
+        paths comparable."""
         peak = peak_flops(device_name)
         if peak is None:
             return None
