@@ -52,11 +52,10 @@ The seven FP8 matmuls, and where each operand's format and scale come from
 Notation: X^ is X rounded to e4m3 after division by its block scale; the value it stands for is the
 e4m3 number times the scale. K^^T is K^ transposed; X^T^ is X^T rounded, with scales of its own (the
 dK/dV kernels round dS^T with a scale per key, where the dQ kernel rounds dS with one per query).
-In the kernels X8 holds X^'s e4m3 bytes
-laid out as X is (a row per token), XT8 the token-contiguous copy that a dot reducing over tokens
-reads ("Hopper's FP8 tensor cores", below), and SX the scales. P~ is the softmax numerator before
-division by its row sum. The kernels work in base 2: the forward saves LSE2 = LSE * log2(e), called
-lse in the code.
+In the kernels X8 holds X^'s e4m3 bytes laid out as X is (a row per token), XT8 the token-contiguous
+copy that a dot reducing over tokens reads ("Hopper's FP8 tensor cores", below), and SX the scales.
+P~ is the softmax numerator before division by its row sum. The kernels work in base 2: the forward
+saves LSE2 = LSE * log2(e), called lse in the code.
 
     forward   S  = Q^ K^^T     reads K8     Q: one fp32 scale per 64 rows (the kernel quantizes its tile);
                                             K: one per 128 rows (per batch, head)
