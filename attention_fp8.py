@@ -868,7 +868,7 @@ def _forward(q, k, v, causal, sm_scale, compiled=False):
     if _gluon(q, HOPPER_FORWARD, COMPILED_MIN_SCORES if compiled else HOPPER_FORWARD_MIN_SCORES):
         import attention_fp8_hopper       # Gluon; imported only where it runs
         # V^T's keys permuted within each 32, as the Gluon forward's P~^ operand wants them (_p_operand)
-        (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], True)
+        (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"], permute_cols=True)
         return attention_fp8_hopper.forward(q, k8, sk, vt8, sv, causal, sm_scale * LOG2E)
     (k8, _, sk), (_, vt8, sv) = _quantize([(k, True, False), (v, False, True)], tile["k"])
     o = _empty_as(q)

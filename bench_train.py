@@ -126,7 +126,7 @@ def load_config(argv):
     cfg = configurator.parse(BenchConfig(), argv)
     attentions = cfg.attentions.split(",")
     unknown = [a for a in attentions if a not in PATHS]
-    if unknown:  # else resolve_attention would blame the GPU for a typo
+    if unknown:  # all of them, as a config error, before any path is timed (SDPA_BACKENDS' names included)
         raise configurator.ConfigError(f"attentions={cfg.attentions!r}: unknown path(s) "
                                        f"{', '.join(map(repr, unknown))}; the paths are {', '.join(PATHS)}")
     try:
