@@ -546,6 +546,11 @@ BUGS = {
         'input=input_path and os.path.abspath(input_path),',
         'input=input_path,',
         "meta.json's remake command keeps a relative --input, which fails from another folder"),
+    'shakespeare_download_in_place': ('data/shakespeare/prepare.py',
+        '                with urllib.request.urlopen(URL, timeout=60) as r:\n                    data = r.read()',
+        '                with open(input_path, "wb") as f, urllib.request.urlopen(URL, timeout=60) as r:\n'
+        '                    data = r.read()\n                    f.write(data)',
+        'the download is written to input.txt as it arrives: a failed one leaves a file later runs take as the text'),
     'text_folder_of_one_file': ('data/text/prepare.py',
         '        if len(files) < 2:',
         '        if len(files) < 1:',

@@ -260,6 +260,28 @@ def test_shakespeare_prepare_from_local_file(tmp_path):
     assert SHAKESPEARE in load_meta(out)["prepare"]
 
 
+def test_shakespeare_download_path(tmp_path, monkeypatch):
+    """The default command downloads input.txt once, then prepares from it; a failed download leaves no
+    input.txt (a half-written one would be taken as the corpus by every later run). The URL is a file://
+    one, which urllib serves like any other, so this runs offline."""
+    from data.shakespeare import prepare as sp
+    corpus = tmp_path / "source.txt"
+    corpus.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 40, encoding="utf-8")
+    out = tmp_path / "shakespeare"
+    monkeypatch.setattr(sp, "URL", (tmp_path / "missing.txt").as_uri())
+    with pytest.raises(SystemExit, match="could not download .*missing.txt.*--input="):
+        sp.prepare(out_dir=str(out), tokenizer="bytes")
+    assert not (out / "input.txt").exists() and not [f for f in os.listdir(out) if f != "input.txt"], \
+        "a failed download left files behind"
+    monkeypatch.setattr(sp, "URL", corpus.as_uri())
+    counts = sp.prepare(out_dir=str(out), tokenizer="bytes")
+    assert (out / "input.txt").read_bytes() == corpus.read_bytes()
+    n = len(corpus.read_bytes())
+    assert counts == {"val_tokens": n - int(0.9 * n) + 1, "train_tokens": int(0.9 * n) + 1}
+    monkeypatch.setattr(sp, "URL", (tmp_path / "missing.txt").as_uri())  # present: not fetched again
+    assert sp.prepare(out_dir=str(out), tokenizer="bytes") == counts
+
+
 def test_fineweb_prepare_keeps_intact_files_and_replaces_corrupt_ones(tmp_path, monkeypatch):
     from data.fineweb import prepare as fw
     out = str(tmp_path / "fw")
