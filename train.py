@@ -104,8 +104,8 @@ def load_config(argv):
     if cfg.min_lr > cfg.learning_rate:  # the cosine would climb from learning_rate to min_lr
         raise configurator.ConfigError(f"min_lr={cfg.min_lr} is above learning_rate={cfg.learning_rate}: "
                                        "the schedule decays from learning_rate down to min_lr")
-    if 0 < cfg.lr_decay_iters < cfg.warmup_iters:  # warmup would end in a drop straight to min_lr
-        raise configurator.ConfigError(f"lr_decay_iters={cfg.lr_decay_iters} ends before warmup_iters="
+    if 0 < cfg.lr_decay_iters <= cfg.warmup_iters:  # warmup would end in a drop straight to min_lr
+        raise configurator.ConfigError(f"lr_decay_iters={cfg.lr_decay_iters} does not end after warmup_iters="
                                        f"{cfg.warmup_iters}: the decay runs from the end of warmup to lr_decay_iters")
     if cfg.n_embd < 1 or cfg.n_layer < 0:
         raise configurator.ConfigError(f"n_embd={cfg.n_embd}, n_layer={cfg.n_layer}: a model needs n_embd >= 1 and n_layer >= 0")
@@ -452,6 +452,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     model_args.update(n_kv_head=cfg.n_kv_head or cfg.n_head, block_size=cfg.block_size, vocab_size=vocab_size,
                       dropout=cfg.dropout, attention=attention)
     iter_num, best_val_loss = 0, float("inf")
+    remeasured = []  # settings that change what val loss measures, where this resume changes them
     if ckpt:
         changed = [f"{k}={ckpt['model_args'][k]}" for k in ARCH_KEYS if ckpt["model_args"][k] != model_args[k]]
         if changed:
@@ -472,6 +473,15 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
             raise SystemExit("learned positions cannot change block_size on resume (no trained rows for new "
                              "positions); context extension needs pos=rope or pos=none")
         iter_num, best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
+        # val loss is the mean over eval_tokens of the dataset's val split in windows of block_size: where
+        # this resume changes one (context extension does), the checkpoint's best is another measure's, so
+        # the run starts a new best and evaluates at once, a baseline for the new setting
+        remeasured = [k for k in ("dataset", "block_size", "eval_tokens")
+                      if k in before and before[k] != getattr(cfg, k)]
+        if remeasured:
+            best_val_loss = float("inf")
+            say(f"resume: {', '.join(remeasured)} changed, so val loss measures something else now: evaluated "
+                f"at iter {iter_num}, and the best val loss starts anew (was {ckpt['best_val_loss']:.4f})")
     model = GPT(GPTConfig(**model_args))
     if ckpt:
         try:
@@ -559,9 +569,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         lr = get_lr(iter_num, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        # evaluate and checkpoint (skipped right after a resume: nothing changed since the save)
+        # evaluate and checkpoint; right after a resume only where what val loss measures changed (the
+        # weights are the saved ones)
         just_resumed = cfg.init_from == "resume" and iter_num == start_iter
-        if (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters) and not just_resumed:
+        due = iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters
+        if (due and not just_resumed) or (just_resumed and remeasured):
             metrics = evaluate(eval_model, val, cfg.batch_size, rank, world, device, ctx)
             if cfg.delta_monitor and master:
                 metrics.update(delta_monitor(raw_model, val[:min(4, cfg.batch_size)].to(device), ctx))

@@ -166,7 +166,8 @@ def test_arch_keys_are_every_model_setting_a_checkpoint_fixes():
     (["--learning_rate=-1e-3"], "config error: learning_rate=-0.001: must be a finite number >= 0"),
     (["--min_lr=inf"], "config error: min_lr=inf: must be a finite number >= 0"),
     (["--learning_rate=1e-3", "--min_lr=1e-2"], "config error: min_lr=0.01 is above learning_rate=0.001"),
-    (["--warmup_iters=10", "--lr_decay_iters=5"], "config error: lr_decay_iters=5 ends before warmup_iters=10"),
+    (["--warmup_iters=10", "--lr_decay_iters=5"], "config error: lr_decay_iters=5 does not end after warmup_iters=10"),
+    (["--warmup_iters=10", "--lr_decay_iters=10"], "config error: lr_decay_iters=10 does not end after warmup_iters=10"),
 ])
 def test_model_shape_errors_are_config_errors(argv, words):
     with pytest.raises(SystemExit, match=re.escape(words)):
@@ -857,11 +858,28 @@ def test_eval_tokens_below_block_size_takes_one_window(data_dir):
     assert train.val_windows(data_dir, 32, 16).shape == (1, 33)
 
 
-def test_context_extension_resume(data_dir, tmp_path):
+def test_context_extension_resume(data_dir, tmp_path, capsys):
+    """A resume with a longer block evaluates at once, on windows of the new length, and starts a new best
+    val loss: the checkpoint's best was measured on shorter windows. The saved best is set to 0.25 (lower
+    than any val loss these steps reach), so carrying it over would show."""
     rope, learned = str(tmp_path / "rope"), str(tmp_path / "learned")
     train.main(args(data_dir, rope, "--max_iters=2"))
+    ckpt = torch.load(os.path.join(rope, "ckpt.pt"), weights_only=False)
+    ckpt["best_val_loss"] = 0.25
+    torch.save(ckpt, os.path.join(rope, "ckpt.pt"))
+    val2_short = metrics(rope)[1][2]
+    capsys.readouterr()
     train.main(args(data_dir, rope, "--max_iters=4", "--init_from=resume", "--block_size=64", "--learning_rate=1e-3"))
-    assert torch.load(os.path.join(rope, "ckpt.pt"), weights_only=False)["model_args"]["block_size"] == 64
+    out = capsys.readouterr().out
+    assert "resume: block_size changed, so val loss measures something else now: evaluated at iter 2" in out
+    ckpt = torch.load(os.path.join(rope, "ckpt.pt"), weights_only=False)
+    assert ckpt["model_args"]["block_size"] == 64
+    evals = [(r["iter"], r["val_loss"]) for r in log_rows(rope) if "val_loss" in r]
+    assert [i for i, _ in evals] == [0, 2, 2, 4] and evals[1][1] == val2_short, \
+        f"evals {evals}: expected iters 0 and 2 before the resume, 2 again (the new block size) and 4 after it"
+    assert evals[2][1] != val2_short, "the eval at the resumed step must use windows of the new block size"
+    assert ckpt["best_val_loss"] == min(v for _, v in evals[2:]), \
+        f"best {ckpt['best_val_loss']}: not the best since the resume (the saved 0.25 carried over?)"
     train.main(args(data_dir, learned, "--max_iters=2", "--pos=learned"))
     with pytest.raises(SystemExit, match="learned positions cannot change block_size"):
         train.main(args(data_dir, learned, "--max_iters=4", "--init_from=resume", "--block_size=64"))
