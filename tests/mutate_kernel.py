@@ -91,6 +91,9 @@ BUGS = {
     "halves_count_kv_copies_at_q_heads": ("        pieces = 2 if (4 * H + 3 * H_kv) * B * _padded(N) * D > SPLIT_BYTES else 1",
                                           "        pieces = 2 if (4 * H + 3 * H) * B * _padded(N) * D > SPLIT_BYTES else 1",
                                           "grouped-query K, K^T and V copies counted at q's heads: small calls split in halves"),
+    "tiling_not_a_power_of_two": ("all(16 <= b <= PAD and b & (b - 1) == 0 for b in blocks)",
+                                  "all(16 <= b <= PAD for b in blocks)",
+                                  "a swept tiling with a block that is not a power of two is taken (scale tiles split)"),
 }
 
 
