@@ -955,6 +955,8 @@ def _backward_piece(do, q, k, v, o, lse, dq, dk, dv, causal, sm_scale, delta, gl
     (k8, kt8, sk), (v8, _, sv) = _quantize([(k, True, True), (v, True, False)], tile["k"], permute_cols=True)
     matched = delta == "matched"
     delta_buf = torch.empty((B * H, n_pad), device=q.device, dtype=torch.float32)
+    # debug: per row, sum_j dS_ij, sum_j |P_ij dP_ij| and sum_j P_ij (without DEBUG the kernel never
+    # touches ROWSUM; delta_buf only fills the argument)
     rowsum = torch.zeros((B * H, n_pad, 3), device=q.device, dtype=torch.float32) if debug else delta_buf
     qk_scale = sm_scale * LOG2E
     cfg = config(D, "dq", shared)

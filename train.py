@@ -180,6 +180,41 @@ def val_windows(data_dir, block_size, eval_tokens, vocab_size=2**16):
 
 
 @torch.no_grad()
+def load_data(cfg, device, ddp, local_rank, say):
+    """The dataset's folder, its meta.json, the train batches and the val windows; the built-in corpus
+    prepares itself the first time (smaller on a CPU, to start quickly). Anything missing, short or
+    corrupt stops the run with a message that names it and what to run."""
+    data_dir = dataset_dir(cfg.dataset)
+    if cfg.dataset == "builtin" and not os.path.exists(os.path.join(data_dir, "meta.json")):
+        if local_rank == 0:
+            from data.builtin.prepare import prepare
+            prepare(data_dir, max_mb=256 if device.type == "cuda" else 16)
+        if ddp:
+            dist.barrier()
+    if not os.path.isdir(data_dir):
+        data = os.path.join(HERE, "data")
+        ready = sorted(d for d in os.listdir(data) if os.path.exists(os.path.join(data, d, "meta.json")))
+        known = known_prepare_command(data_dir)
+        if known and "data/fineweb/" in known:  # the script's 8 shards by default are less than a 10B-token run reads
+            known += (" (8 train shards of 100M tokens; --train_shards=N for more: " +
+                      ("99 for all of FineWeb-Edu 10B)" if "--edu" in known else
+                       "103 for all of FineWeb 10B, as config/fineweb.py reads)"))
+        raise SystemExit(f"dataset={cfg.dataset!r}: no folder {data_dir}; " + (f"run: {known}" if known else
+                         f"a name is a prepared folder under data/ (here: {', '.join(ready) or 'none yet'}; builtin "
+                         "prepares itself, README, Datasets, says how to prepare the others), or give a path"))
+    try:  # a missing, short or corrupt file: the message names it and what to re-run (data/common.py)
+        meta = load_meta(data_dir)
+        check_counts(data_dir, meta)
+        train_data = TrainData(data_dir, cfg.block_size, cfg.seed, meta["vocab_size"])
+        val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, meta["vocab_size"])
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"dataset={cfg.dataset!r}: {e}")
+    if len(val) < cfg.eval_tokens // cfg.block_size:
+        say(f"val: the val split holds {len(val)} windows of block_size + 1 tokens ({len(val) * cfg.block_size:,} "
+            f"tokens to predict), fewer than eval_tokens={cfg.eval_tokens:,} asks for: all of them are used")
+    return data_dir, meta, train_data, val
+
+
 def evaluate(model, windows, batch_size, rank, world, device, ctx):
     """Mean loss per token over the fixed val windows; each rank takes every world-th window and the sums
     are reduced, so all ranks return the same figure. Every batch has batch_size windows (one shape for a
@@ -282,6 +317,25 @@ def log_run_id(path):
             return json.loads(f.readline()).get("run")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def prepare_log(log_path, cfg, ckpt_path, ckpt_run_id, say):
+    """One log per run: a resumed run continues its log, a new one keeps an earlier run's under another
+    name. A run's id is in its checkpoint and in its log's start rows, so a resume finds its own log:
+    a new run stopped before its first save leaves its log beside an earlier run's checkpoint."""
+    if cfg.init_from == "scratch" and os.path.exists(log_path):
+        say(f"out_dir: an earlier run's log moved to {set_aside(log_path)}")
+    if cfg.init_from == "scratch" and os.path.exists(ckpt_path):
+        say(f"out_dir: {ckpt_path} is an earlier run's; " + (
+            "this run replaces it at its first save (--init_from=resume continues it instead)"
+            if cfg.save_checkpoint else "this run saves none (save_checkpoint=False), so it stays"))
+    if ckpt_run_id and log_run_id(log_path) not in (None, ckpt_run_id):
+        say(f"out_dir: {log_path} is another run's, which saved no checkpoint: moved to {set_aside(log_path)}")
+        set_aside_logs = glob.glob(os.path.join(glob.escape(cfg.out_dir), "metrics.*.jsonl"))
+        own = [p for p in set_aside_logs if log_run_id(p) == ckpt_run_id]
+        if own:
+            os.replace(own[0], log_path)
+            say(f"out_dir: the checkpoint's own log, {own[0]}, continues as {log_path}")
 
 
 RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "rng")
@@ -416,35 +470,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     say(attention_line(attention, dtype, device)
         + (f" x {world}" if world > 1 else "") + (f" (fp8 unavailable: {why_not_fp8})" if why_not_fp8 else ""))
 
-    # data; the built-in corpus prepares itself the first time (smaller on a CPU, to start quickly)
-    data_dir = dataset_dir(cfg.dataset)
-    if cfg.dataset == "builtin" and not os.path.exists(os.path.join(data_dir, "meta.json")):
-        if local_rank == 0:
-            from data.builtin.prepare import prepare
-            prepare(data_dir, max_mb=256 if device.type == "cuda" else 16)
-        if ddp:
-            dist.barrier()
-    if not os.path.isdir(data_dir):
-        data = os.path.join(HERE, "data")
-        ready = sorted(d for d in os.listdir(data) if os.path.exists(os.path.join(data, d, "meta.json")))
-        known = known_prepare_command(data_dir)
-        if known and "data/fineweb/" in known:  # the script's 8 shards by default are less than a 10B-token run reads
-            known += (" (8 train shards of 100M tokens; --train_shards=N for more: " +
-                      ("99 for all of FineWeb-Edu 10B)" if "--edu" in known else
-                       "103 for all of FineWeb 10B, as config/fineweb.py reads)"))
-        raise SystemExit(f"dataset={cfg.dataset!r}: no folder {data_dir}; " + (f"run: {known}" if known else
-                         f"a name is a prepared folder under data/ (here: {', '.join(ready) or 'none yet'}; builtin "
-                         "prepares itself, README, Datasets, says how to prepare the others), or give a path"))
-    try:  # a missing, short or corrupt file: the message names it and what to re-run (data/common.py)
-        meta = load_meta(data_dir)
-        check_counts(data_dir, meta)
-        train_data = TrainData(data_dir, cfg.block_size, cfg.seed, meta["vocab_size"])
-        val = val_windows(data_dir, cfg.block_size, cfg.eval_tokens, meta["vocab_size"])
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"dataset={cfg.dataset!r}: {e}")
-    if len(val) < cfg.eval_tokens // cfg.block_size:
-        say(f"val: the val split holds {len(val)} windows of block_size + 1 tokens ({len(val) * cfg.block_size:,} "
-            f"tokens to predict), fewer than eval_tokens={cfg.eval_tokens:,} asks for: all of them are used")
+    data_dir, meta, train_data, val = load_data(cfg, device, ddp, local_rank, say)
     vocab_size = math.ceil(meta["vocab_size"] / 64) * 64  # GPT-2's 50257 -> 50304: faster matmuls
 
     # model
@@ -528,23 +554,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         say(f"MFU: n/a (unknown peak for {device_name})")
 
     log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
-    # A run's id is in its checkpoint and in its log's start rows, so a resume finds its own log: a new run
-    # stopped before its first save leaves its log beside an earlier run's checkpoint.
     run_id = ckpt_run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
-    if master:  # one log per run; a resumed run continues its log, a new one keeps an earlier run's under another name
-        if cfg.init_from == "scratch" and os.path.exists(log_path):
-            say(f"out_dir: an earlier run's log moved to {set_aside(log_path)}")
-        if cfg.init_from == "scratch" and os.path.exists(ckpt_path):
-            say(f"out_dir: {ckpt_path} is an earlier run's; " + (
-                "this run replaces it at its first save (--init_from=resume continues it instead)"
-                if cfg.save_checkpoint else "this run saves none (save_checkpoint=False), so it stays"))
-        if ckpt_run_id and log_run_id(log_path) not in (None, ckpt_run_id):
-            say(f"out_dir: {log_path} is another run's, which saved no checkpoint: moved to {set_aside(log_path)}")
-            set_aside_logs = glob.glob(os.path.join(glob.escape(cfg.out_dir), "metrics.*.jsonl"))
-            own = [p for p in set_aside_logs if log_run_id(p) == ckpt_run_id]
-            if own:
-                os.replace(own[0], log_path)
-                say(f"out_dir: the checkpoint's own log, {own[0]}, continues as {log_path}")
+    if master:
+        prepare_log(log_path, cfg, ckpt_path, ckpt_run_id, say)
 
     def log(**row):  # appended and closed line by line: a run that stops anywhere leaves a whole log
         if master:
