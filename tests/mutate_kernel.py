@@ -171,6 +171,8 @@ def run_all(bugs, tests, args, env=None):
     args.k (or any of its comma-separated parts), args.j at a time, printed as they finish (a run cut short
     keeps what it has)."""
     names = [n for n in bugs if any(part in n for part in args.k.split(","))]
+    if not names:   # before the baseline's minutes: a -k that names no bug would otherwise pass in silence
+        sys.exit(f"-k {args.k}: no bug's name contains it (or, with commas, any of its parts)")
     # The copy without a bug must pass: else every bug would look caught.
     _, verdict, detail = run(None, None, args.timeout, tests, env)
     if verdict != "NOT CAUGHT":
