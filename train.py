@@ -179,7 +179,6 @@ def val_windows(data_dir, block_size, eval_tokens, vocab_size=2**16):
     return torch.from_numpy(tokens[np.arange(n)[:, None] * T + np.arange(T + 1)].astype(np.int64))
 
 
-@torch.no_grad()
 def load_data(cfg, device, ddp, local_rank, say):
     """The dataset's folder, its meta.json, the train batches and the val windows; the built-in corpus
     prepares itself the first time (smaller on a CPU, to start quickly). Anything missing, short or
@@ -215,6 +214,7 @@ def load_data(cfg, device, ddp, local_rank, say):
     return data_dir, meta, train_data, val
 
 
+@torch.no_grad()
 def evaluate(model, windows, batch_size, rank, world, device, ctx):
     """Mean loss per token over the fixed val windows; each rank takes every world-th window and the sums
     are reduced, so all ranks return the same figure. Every batch has batch_size windows (one shape for a

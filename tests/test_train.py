@@ -478,8 +478,8 @@ def test_learning_rate_schedule():
 def test_evaluate_is_the_mean_loss_per_token():
     """evaluate() averages over every token of every val window, whatever the batch size (5 windows in
     batches of 1, 2, 3, 5 and 7: the last batch is filled up with ignored windows, so the model sees one
-    batch shape), in eval mode (dropout 0.5 here: in training mode the loss would differ), and leaves the
-    model in training mode. The val set was once trimmed to a multiple of batch_size * world size, so
+    batch shape), in eval mode (dropout 0.5 here: in training mode the loss would differ) and without
+    autograd, and leaves the model in training mode. The val set was once trimmed to a multiple of batch_size * world size, so
     runs that differed in either evaluated other windows."""
     from contextlib import nullcontext
     from model import GPTConfig
@@ -491,14 +491,17 @@ def test_evaluate_is_the_mean_loss_per_token():
         logits, _ = model(windows[:, :-1], windows[:, 1:])
         want = torch.nn.functional.cross_entropy(logits.reshape(-1, 64).double(), windows[:, 1:].reshape(-1)).item()
     model.train()
-    shapes = []
+    shapes, grad_modes = [], []
     model.register_forward_pre_hook(lambda module, inputs: shapes.append(tuple(inputs[0].shape)))
+    model.register_forward_pre_hook(lambda module, inputs: grad_modes.append(torch.is_grad_enabled()))
     for batch_size in (1, 2, 3, 5, 7):
         shapes.clear()
         got = train.evaluate(model, windows, batch_size, 0, 1, torch.device("cpu"), nullcontext())["val_loss"]
         assert model.training, "evaluate() must hand the model back in training mode"
         assert got == pytest.approx(want, rel=1e-5), f"batch_size={batch_size}: val loss {got}, the mean over all tokens is {want}"
         assert set(shapes) == {(batch_size, 16)}, f"batch_size={batch_size}: the model saw batches of {shapes}"
+    # without autograd: a graph kept per val batch is activation memory the training step then lacks
+    assert not any(grad_modes), "evaluate() ran the model with gradients enabled"
 
 
 def test_grad_norm_is_that_of_the_mean_loss_over_the_step(data_dir, tmp_path, monkeypatch):
