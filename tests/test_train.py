@@ -479,8 +479,8 @@ def test_evaluate_is_the_mean_loss_per_token():
     """evaluate() averages over every token of every val window, whatever the batch size (5 windows in
     batches of 1, 2, 3, 5 and 7: the last batch is filled up with ignored windows, so the model sees one
     batch shape), in eval mode (dropout 0.5 here: in training mode the loss would differ) and without
-    autograd, and leaves the model in training mode. The val set was once trimmed to a multiple of batch_size * world size, so
-    runs that differed in either evaluated other windows."""
+    autograd, and leaves the model in training mode. The val set was once trimmed to a multiple of
+    batch_size * world size, so runs that differed in either evaluated other windows."""
     from contextlib import nullcontext
     from model import GPTConfig
     torch.manual_seed(0)
