@@ -1,19 +1,19 @@
 """
 The stale-delta ablation: one model, data and seed trained with BF16 SDPA, FP8 with the stale delta and
-FP8 with Delta-Matching (plus second seeds of each, to measure run-to-run noise), then a plot and a table.
+FP8 with Delta-Matching (plus other seeds, to measure run-to-run noise), then a plot and a table.
 
     python ablation.py run  [--arms=a,b,...] [train.py overrides...]   # one after another, out-ablation/<arm>/
     python ablation.py plot                          # out-ablation/ablation.png and a markdown table
 
 `run` starts `python train.py config/ablation.py --delta_monitor=True <your overrides> --attention=<path>
 --seed=<seed> --out_dir=out-ablation/<arm>` per arm, so every figure comes from train.py's own metrics.jsonl:
-per-step train loss and gradient norm, val loss, and at each evaluation the delta-mismatch monitor. The
+train loss and gradient norm every log_interval steps, val loss, and at each evaluation the delta-mismatch monitor. The
 arm's settings come last, so a preset among your overrides (config/*.py set out_dir) leaves each arm its own
 folder and seed; --attention=, --seed= and --out_dir= overrides are refused.
 The arms are sdpa, fp8_stale and fp8 at seed 1337, each at seed 2024 (`*_seed2`: another
 initialization and data order) and at seed 7 (`*_seed3`, a third where two disagree); `run` trains sdpa, sdpa_seed2, fp8_stale and fp8 unless --arms= names
 others. At the lengths a single GPU trains in minutes the seeds move the loss as much as the attention
-does (README, "Training results"), so a claim about the arms wants both seeds of each.
+does (README, "Training results"), so a claim about the arms wants two seeds of each (--arms=).
 `plot` needs matplotlib (not a dependency of the trainer: `pip install matplotlib` where you plot).
 """
 import json
@@ -35,7 +35,7 @@ ARMS = {  # name: (attention path, seed)
     "fp8_seed3": ("fp8", 7),
 }
 DEFAULT_ARMS = ["sdpa", "sdpa_seed2", "fp8_stale", "fp8"]   # what `run` trains without --arms=
-ARM_KEYS = ("attention", "seed", "out_dir")   # what `run` sets per arm, so no override may
+ARM_KEYS = ("attention", "seed", "out_dir")   # what `run` sets per arm, so no override may set them
 OUT = os.path.join(ROOT, "out-ablation")
 
 
@@ -147,7 +147,8 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     if sys.argv[1] == "run":
         extra = [a for a in sys.argv[2:] if not a.startswith("--arms=")]
-        arms = next((a.split("=", 1)[1].split(",") for a in sys.argv[2:] if a.startswith("--arms=")), DEFAULT_ARMS)
+        given = [a.split("=", 1)[1].split(",") for a in sys.argv[2:] if a.startswith("--arms=")]
+        arms = given[-1] if given else DEFAULT_ARMS     # the last one, as arguments apply left to right
         unknown = [repr(a) for a in arms if a not in ARMS]
         if unknown:
             sys.exit(f"unknown arm(s) {', '.join(unknown)}; the arms are {', '.join(ARMS)}")

@@ -50,7 +50,7 @@ def main(argv=None):
     if dtype == "auto":
         dtype = "bfloat16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
     ctx = nullcontext() if dtype == "float32" else torch.autocast(device.type, dtype=torch.bfloat16)
-    if not 0 <= cfg.seed < 2**32:  # as train.py: torch takes no seed past 2^64, numpy none below 0
+    if not 0 <= cfg.seed < 2**32:  # the range train.py accepts: a seed that trains also samples
         raise SystemExit(f"seed={cfg.seed}: must be in [0, 2^32)")
     torch.manual_seed(cfg.seed)
 
@@ -73,7 +73,7 @@ def main(argv=None):
     try:
         model = GPT(GPTConfig(**model_args))
         model.load_state(ckpt["model"])
-    except (TypeError, RuntimeError) as e:  # model_args or weights this model.py does not build (another version's)
+    except (TypeError, ValueError, RuntimeError) as e:  # model_args or weights this model.py does not build
         raise SystemExit(f"{path}: its model does not load here: {type(e).__name__}: {e}")
     model.eval().to(device)
     if cfg.compile:  # generate() calls self(...), i.e. forward: compile that (a compiled wrapper's generate would not)

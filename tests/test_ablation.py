@@ -41,6 +41,14 @@ def test_unknown_or_repeated_arm_is_refused_before_any_run(arms, message):
     assert r.returncode != 0 and message in r.stderr and "$ " not in r.stdout, (r.stdout, r.stderr)
 
 
+def test_the_last_arms_option_applies():
+    """Arguments apply left to right, as train.py's do: of two --arms=, the second decides (here two unknown
+    names, so that the refusal says which was read and nothing trains)."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "ablation.py"), "run", "--arms=first", "--arms=second"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "unknown arm(s) 'second'" in r.stderr and "'first'" not in r.stderr, r.stderr
+
+
 def test_table_tail_and_median(tmp_path, monkeypatch):
     """Train loss: the mean over the last 10% of steps; tok/s: the median of the second half's figures
     (logged in any order of size)."""

@@ -233,6 +233,7 @@ def test_gpt2_checkpoint_without_its_tokenizer_is_refused_without_a_byte_fallbac
     ("no head count", " has no 'model_args' with 'n_head'"),
     ("another model.py's model_args", ": its model does not load here: TypeError"),
     ("a weight missing", ": its model does not load here: RuntimeError"),    # not random weights, silently
+    ("an architecture model.py refuses", ": its model does not load here: ValueError: n_head="),
 ])
 def test_damaged_checkpoint_is_refused_naming_the_file(ckpt_dir, tmp_path, damage, message):
     """A ckpt.pt that is not what train.py writes ends sample.py with one line naming the file and what is
@@ -252,6 +253,8 @@ def test_damaged_checkpoint_is_refused_naming_the_file(ckpt_dir, tmp_path, damag
             del ckpt["model_args"]["n_head"]
         elif damage.startswith("another"):
             ckpt["model_args"]["n_expert"] = 8
+        elif damage == "an architecture model.py refuses":
+            ckpt["model_args"]["n_kv_head"] = ckpt["model_args"]["n_head"] + 1
         elif damage == "a weight missing":
             del ckpt["model"]["transformer.h.0.ln_1.weight"]
         else:
