@@ -409,7 +409,9 @@ def main(argv=None):
     if ddp:
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        # device_id binds NCCL to this GPU now; without it every barrier warns that it guesses the device
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                device_id=device if device.type == "cuda" else None)
     master = rank == 0
     say = tqdm.write if master else (lambda *a, **k: None)
     # SIGTERM (torchrun, SLURM, docker stop) stops the run the way Ctrl-C does, through the finally blocks:

@@ -405,6 +405,23 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path, accum):
     assert len(rngs) == 2 and not torch.equal(rngs[0]["torch"], rngs[1]["torch"]), "both ranks have one RNG state"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs a GPU")
+def test_ddp_nccl_on_one_gpu(data_dir, tmp_path):
+    """train.py under torchrun on a GPU: NCCL, the DDP wrapper, one process (NCCL takes one GPU per
+    process, so this is the most one GPU can check). The process group is bound to the rank's GPU, so
+    the barriers do not warn that they guess the device (they did, on an H100, before device_id)."""
+    out = str(tmp_path / "ddp")
+    a = [x for x in args(data_dir, out, "--max_iters=4", "--eval_interval=2") if x not in ("--device=cpu",)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+           os.path.join(ROOT, "train.py"), "--device=cuda"] + a
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "| cuda " in r.stdout and "256 tokens per step = 1 x 2 x 4 x 32" in r.stdout, r.stdout
+    assert "using the device under current context" not in r.stderr, r.stderr[-3000:]
+    losses, vals = metrics(out)
+    assert sorted(losses) == [0, 1, 2, 3] and sorted(vals) == [0, 2, 4]
+
+
 def test_training_windows_are_a_function_of_step_and_micro_batch(data_dir):
     """TrainData.batch draws the same windows for the same (seed, step, micro-batch), which exact resume
     and DDP rely on, and other windows for any other step or micro-batch: a run whose windows ignore the
