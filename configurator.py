@@ -7,6 +7,7 @@ that names the key (nanoGPT's configurator accepts typos silently; this one does
     python train.py config/shakespeare.py --batch_size=32 --compile=False
     python train.py config/shakespeare.py --help     # every setting, its type and its value at that point
 """
+import ast
 import dataclasses
 import difflib
 import inspect
@@ -22,10 +23,34 @@ class ConfigError(ValueError):
     pass
 
 
+def _imported_names(source, path):
+    """The names a preset's import statements bind (`from math import pi`: pi). A star import binds names
+    no one wrote down, any of which would be taken for a setting: refused."""
+    names, nodes = set(), list(ast.parse(source, path).body)
+    while nodes:    # the module's own statements, not the bodies of its functions and classes
+        node = nodes.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        nodes.extend(ast.iter_child_nodes(node))
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    raise ConfigError(f"config file {path}, line {node.lineno}: `from {node.module} import *` "
+                                      "would make every name it brings a setting; import names one by one")
+                names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
 def check_device(device):
     """The device settings the scripts share: auto, cpu, cuda, cuda:N (torch.device would raise a traceback)."""
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise ConfigError(f"device={device!r}: expected auto, cpu, cuda or cuda:N")
+    if device.startswith("cuda:"):
+        import torch
+        n = torch.cuda.device_count()
+        if n and int(device[5:]) >= n:   # no GPU at all: each script says so in its own words
+            raise ConfigError(f"device={device}: this machine has {n} CUDA GPU"
+                              + (": cuda:0" if n == 1 else f"s: cuda:0 to cuda:{n - 1}"))
 
 
 def pick_device(device):
@@ -133,14 +158,17 @@ def parse(cfg, argv):
                 code = compile(source, arg, "exec")
             except SyntaxError as e:
                 raise ConfigError(f"config file {arg}, line {e.lineno}: {e.msg}")
+            imported = _imported_names(source, arg)
             try:
                 exec(code, namespace)
             except Exception as e:  # a preset is Python: name its line, as for a syntax error
                 line = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == arg]
                 raise ConfigError(f"config file {arg}, line {line[-1] if line else '?'}: {type(e).__name__}: {e}")
             for key, value in namespace.items():
-                # settings only: not the modules, functions and classes the preset imported or defined, nor
-                # its _private names (a helper value must start with _: any other name is a setting)
-                if not key.startswith("_") and not isinstance(value, types.ModuleType) and not callable(value):
+                # settings only: not what the preset imported (modules, functions, constants such as math's
+                # pi) or defined, nor its _private names (a helper value must start with _: any other name
+                # is a setting)
+                if (not key.startswith("_") and key not in imported and not isinstance(value, types.ModuleType)
+                        and not callable(value)):
                     _set(cfg, key, value, arg, hints)
     return cfg

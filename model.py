@@ -150,10 +150,13 @@ class CausalSelfAttention(nn.Module):
         self.attention = config.attention
         self.probe = None  # a dict while train.py's delta monitor probes this layer
         if self.attention != "sdpa":
-            assert self.attention in ATTENTION_PATHS, f"attention={self.attention!r}: not one of {list(ATTENTION_PATHS)}"
+            # errors, not asserts: python -O drops asserts, and a typo would then run the fp8 kernel
+            if self.attention not in ATTENTION_PATHS:
+                raise ValueError(f"attention={self.attention!r}: not one of {list(ATTENTION_PATHS)}")
             import attention_fp8
-            assert self.head_dim in attention_fp8.HEAD_DIMS, \
-                f"the fp8 kernel takes head dims {attention_fp8.HEAD_DIMS}, not n_embd/n_head={self.head_dim}"
+            if self.head_dim not in attention_fp8.HEAD_DIMS:
+                raise ValueError(f"the fp8 kernel takes head dims {attention_fp8.HEAD_DIMS}, "
+                                 f"not n_embd/n_head={self.head_dim}")
             global _fp8_attention
             _fp8_attention = attention_fp8.attention
 
@@ -232,8 +235,10 @@ class GPT(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        assert config.vocab_size is not None and config.block_size is not None
-        assert config.pos in ("rope", "learned", "none"), f"pos={config.pos!r}: expected rope, learned or none"
+        if config.vocab_size is None or config.block_size is None:
+            raise ValueError("GPTConfig needs vocab_size and block_size")
+        if config.pos not in ("rope", "learned", "none"):  # not an assert: python -O would build a model with no positions
+            raise ValueError(f"pos={config.pos!r}: expected rope, learned or none")
         if config.n_kv_head < 1:  # the trainer's 0 ("same as n_head") is resolved before a GPTConfig is made
             raise ValueError(f"n_kv_head={config.n_kv_head}: GPTConfig takes the number of k/v heads, at least 1")
         why = shape_problem(config.n_embd, config.n_head, config.n_kv_head, config.pos)
@@ -362,11 +367,11 @@ class GPT(nn.Module):
             idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
             logits, _ = self(idx_cond)
             logits = logits[:, -1, :].float()
+            if vocab_size is not None:     # the padding ids are never drawn, nor do they set the row's max
+                logits = logits[:, :vocab_size]
             if temperature > 0:
                 # less the row's max first: then no temperature, however small, overflows to inf (NaN after softmax)
                 logits = (logits - logits.max(-1, keepdim=True).values) / temperature
-            if vocab_size is not None:     # after the division: -inf / inf would be NaN
-                logits[:, vocab_size:] = -float("Inf")
             if temperature == 0:  # the limit of temperature -> 0: the most likely token
                 idx_next = logits.argmax(-1, keepdim=True)
             else:
@@ -382,7 +387,8 @@ class GPT(nn.Module):
 # whole words of torch.cuda.get_device_name() ("L4" is not "L40", "A100" not "RTX A1000"), first match wins:
 # keep the more specific names first.
 PEAK_BF16_FLOPS = [
-    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.5e12), ("H200", 989.5e12), ("H800", 989.5e12),
+    ("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H100", 989.5e12), ("H200 NVL", 835e12), ("H200", 989.5e12),
+    ("H800 PCIe", 756e12), ("H800", 989.5e12),
     ("GH200", 989.5e12), ("B200", 2250e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12),
     ("L40", 181e12), ("L4", 121e12), ("RTX 4090", 165.2e12), ("RTX 3090", 71e12), ("RTX 6000 Ada", 364e12),
     ("A6000", 154.8e12),

@@ -101,12 +101,48 @@ def path_order(relpath):
     return hashlib.sha1(os.fsencode(relpath.replace(os.sep, "/"))).hexdigest()
 
 
-def tokenize(texts, tok, num_threads=8):
-    """Documents -> one uint16 array per document, each led by the end-of-text token (llm.c)."""
+PIECE_CHARS = 1 << 20
+# A newline with a non-space character on each side: GPT-2's pre-tokenizer ends a piece before it and after
+# it (the newline alone is one piece), so a text cut there encodes to the same tokens in parts.
+# (Python's \S is non-space for tiktoken's regex too: Python counts a few more characters as space.)
+_CUT = re.compile(r"(?<=\S)\n(?=\S)")
+
+
+def _pieces(text, size=PIECE_CHARS):
+    """(start, end) of pieces of text of about size characters or more, each ending at a _CUT."""
+    start = 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size)
+        if cut is None:
+            break
+        yield start, cut.end()
+        start = cut.end()
+    yield start, len(text)
+
+
+def tokenize(texts, tok, num_threads=8, piece_chars=PIECE_CHARS):
+    """Documents -> one uint16 array per document, each led by the end-of-text token (llm.c). A document
+    longer than piece_chars (a whole book given as one file) is encoded in pieces, num_threads at a time:
+    the same tokens, but never a Python int per token of all of it (about 65 bytes each)."""
     if tok.vocab_size > 2**16:     # an error, not an assert: python -O would drop it and wrap the ids
         raise ValueError(f"uint16 shards need a vocab of at most 65,536 tokens; this tokenizer has {tok.vocab_size:,}")
-    for ids in tok.encode_batch(texts, num_threads=num_threads):
-        yield np.array([tok.eot] + ids, dtype=np.uint16)
+    texts, i = list(texts), 0
+    while i < len(texts):
+        if len(texts[i]) > piece_chars:
+            text, parts = texts[i], [np.array([tok.eot], dtype=np.uint16)]
+            spans = list(_pieces(text, piece_chars))
+            for j in range(0, len(spans), num_threads):
+                group = [text[a:b] for a, b in spans[j:j + num_threads]]
+                parts += [np.array(ids, dtype=np.uint16) for ids in tok.encode_batch(group, num_threads)]
+            yield np.concatenate(parts)
+            i += 1
+        else:   # a run of short documents, encoded together (tiktoken's threads)
+            j = i
+            while j < len(texts) and len(texts[j]) <= piece_chars:
+                j += 1
+            for ids in tok.encode_batch(texts[i:j], num_threads=num_threads):
+                yield np.array([tok.eot] + ids, dtype=np.uint16)
+            i = j
 
 
 # -----------------------------------------------------------------------------------------------------
@@ -121,6 +157,12 @@ def atomic_write(path, write_fn, mode="wb"):
             f.flush()
             os.fsync(f.fileno())  # on disk before the rename: after a power cut, the old file or the whole new one
         os.replace(tmp, path)
+        if hasattr(os, "O_DIRECTORY"):  # the rename itself on disk too: it is an entry in the folder (POSIX)
+            fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -128,6 +170,8 @@ def atomic_write(path, write_fn, mode="wb"):
 
 def write_shard(path, tokens):
     tokens = np.asarray(tokens)
+    if tokens.size and not np.issubdtype(tokens.dtype, np.integer):  # astype would cut 1.7 to 1 silently
+        raise ValueError(f"shard {path}: token ids must be integers, got an array of {tokens.dtype}")
     if tokens.dtype != np.uint16:
         # an error, not an assert: python -O would drop it, and astype would wrap 65536 to 0 silently
         if tokens.size and not (tokens.min() >= 0 and tokens.max() < 2**16):

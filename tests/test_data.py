@@ -33,6 +33,9 @@ def test_shard_round_trip(tmp_path):
         with pytest.raises(ValueError, match=r"token ids must lie in \[0, 65535\] to fit uint16"):
             write_shard(path, bad)
     assert read_shard(path).tolist() == [5, 6, 7], "a refused write touched the shard"
+    with pytest.raises(ValueError, match="token ids must be integers, got an array of float64"):
+        write_shard(path, np.array([5.0, 1.7]))    # astype would have written 5, 1
+    assert read_shard(path).tolist() == [5, 6, 7]
 
 
 def _corrupt(path, how):
@@ -227,7 +230,9 @@ def test_atomic_write_syncs_before_it_renames(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync") or fsync(fd))
     monkeypatch.setattr(os, "replace", lambda a, b: calls.append("replace") or replace(a, b))
     common.atomic_write(str(tmp_path / "f.bin"), lambda f: f.write(b"data"))
-    assert calls == ["fsync", "replace"] and (tmp_path / "f.bin").read_bytes() == b"data"
+    # then the folder, whose entry the rename changed (POSIX; Windows has no O_DIRECTORY)
+    assert calls == ["fsync", "replace"] + (["fsync"] if hasattr(os, "O_DIRECTORY") else [])
+    assert (tmp_path / "f.bin").read_bytes() == b"data"
 
 
 def test_a_preparation_cut_short_leaves_no_meta_json(tmp_path):
@@ -496,12 +501,13 @@ def test_an_empty_split_still_gets_its_shard(tmp_path):
     (val,) = shard_paths(out, "val")
     assert len(read_shard(val)) == 0
     # the smallest inputs the prepare scripts take never leave a split empty: each document brings its
-    # end-of-text token, so an empty file gives one token to each split
+    # end-of-text token, so a file of one character gives the end-of-text token alone to train (an empty
+    # file is refused: test_text_prepare_refuses_an_empty_file_and_reads_endings_without_case)
     from data.text.prepare import prepare
-    (tmp_path / "empty.txt").write_text("")
-    assert prepare(str(tmp_path / "empty.txt"), str(tmp_path / "tiny"), tokenizer="bytes") == \
-        {"val_tokens": 1, "train_tokens": 1}
-    assert [len(read_shard(p)) for s in ("val", "train") for p in shard_paths(str(tmp_path / "tiny"), s)] == [1, 1]
+    (tmp_path / "one.txt").write_text("a")
+    assert prepare(str(tmp_path / "one.txt"), str(tmp_path / "tiny"), tokenizer="bytes") == \
+        {"val_tokens": 2, "train_tokens": 1}
+    assert [len(read_shard(p)) for s in ("val", "train") for p in shard_paths(str(tmp_path / "tiny"), s)] == [2, 1]
 
 
 def _empty_val_dataset(out):
@@ -705,3 +711,47 @@ def test_file_names_that_are_not_utf8_still_sort(tmp_path):
             f.write(b"hello world " * 50)
     counts = prepare(str(docs), str(tmp_path / "out"), tokenizer="bytes")
     assert counts["train_tokens"] + counts["val_tokens"] == 3 * (12 * 50 + 1)
+
+
+def test_a_long_document_is_encoded_in_pieces_to_the_same_tokens(monkeypatch):
+    """A single-file dataset is one document per split; tiktoken's list of Python ints for all of it took
+    about 65 bytes a token (372 MB for a 31 MB file). tokenize() encodes such a document in pieces cut
+    after a newline between two non-space characters, where GPT-2's pre-tokenizer splits anyway: the
+    tokens must be exactly the whole text's, at cuts of every kind (prose, code, blank lines, indents)."""
+    if not os.path.isdir(TIKTOKEN_CACHE):
+        pytest.skip(f"{TIKTOKEN_CACHE} not found (the offline GPT-2 ranks)")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", TIKTOKEN_CACHE)
+    tok = get_tokenizer("gpt2")
+    text = "".join(pathlib.Path(ROOT, f).read_text() for f in ("README.md", "train.py", "model.py"))
+    text += "  \n\n x\n \ny\n\t\nz\r\nw\n" * 50 + "end"     # space on one side or both: never a cut
+    whole = np.array([tok.eot] + tok.encode(text), dtype=np.uint16)
+    spans = list(common._pieces(text, 2000))
+    assert len(spans) > 50 and spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert all(a == b for (_, a), (b, _) in zip(spans, spans[1:]))
+    for _, b in spans[:-1]:
+        assert text[b - 1] == "\n" and not text[b - 2].isspace() and not text[b].isspace()
+    for threads in (1, 3):
+        (pieces,) = common.tokenize([text], tok, num_threads=threads, piece_chars=2000)
+        assert np.array_equal(pieces, whole), threads
+    # short documents around a long one keep their order and their own end-of-text tokens
+    docs = list(common.tokenize(["ab", text, "cd", "ef"], tok, piece_chars=2000))
+    assert [len(d) for d in docs] == [len(tok.encode(t)) + 1 for t in ("ab", text, "cd", "ef")]
+    assert np.array_equal(docs[1], whole) and docs[3].tolist() == [tok.eot] + tok.encode("ef")
+
+
+def test_text_prepare_refuses_an_empty_file_and_reads_endings_without_case(tmp_path):
+    from data.text.prepare import prepare
+    empty = tmp_path / "empty.txt"
+    empty.write_text(" \n\n")
+    with pytest.raises(SystemExit, match="empty.txt holds no text"):
+        prepare(str(empty), str(tmp_path / "out"), tokenizer="bytes")
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("A.TXT", "b.Md", "c.txt", "footxt", "d.py"):
+        (folder / name).write_text(f"text of {name}\n")
+    out = str(tmp_path / "docs_out")
+    counts = prepare(str(folder), out, tokenizer="bytes", exts=("txt", ".MD"))  # no dot, other case
+    # A.TXT, b.Md and c.txt: their bytes and an end-of-text token each; not footxt (no dot), nor d.py
+    want = sum(len(f"text of {n}\n") + 1 for n in ("A.TXT", "b.Md", "c.txt"))
+    assert counts["train_tokens"] + counts["val_tokens"] == want

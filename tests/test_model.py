@@ -4,6 +4,10 @@ backward through each attention path this machine has (fp8 on CPU runs in Triton
 settings that must take effect: rope_base, learned positions, each dropout site, bias=True, generate's
 top_k, strict checkpoint loading."""
 import math
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,6 +15,8 @@ import torch.nn.functional as F
 
 import model as M
 from model import GPT, GPTConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny(**kw):
@@ -149,8 +155,9 @@ def test_generate_never_draws_past_the_tokenizers_vocab():
         m.transformer.wte.weight[50:] *= 20
     start = torch.randint(0, 50, (64, 3))
     assert (m.generate(start, 2, temperature=1.0)[:, 3:] >= 50).any(), "test setup: padded ids should win some draws"
+    # 1e-38: with the padded ids in the row's max, every real id overflowed to -inf and softmax gave NaN
     for kw in (dict(temperature=1.0), dict(temperature=0), dict(top_k=3), dict(temperature=1e-3),
-               dict(temperature=float("inf"))):     # inf: uniform over the real ids (masked first, -inf / inf was NaN)
+               dict(temperature=1e-38), dict(temperature=float("inf"))):     # inf: uniform over the real ids (masked first, -inf / inf was NaN)
         assert (m.generate(start, 2, vocab_size=50, **kw)[:, 3:] < 50).all(), kw
 
 
@@ -184,6 +191,7 @@ def test_peak_flops_matches_whole_names():
     from model import peak_flops
     assert peak_flops("NVIDIA H200") == peak_flops("NVIDIA H100 80GB HBM3") == 989.5e12
     assert peak_flops("NVIDIA H100 PCIe") == 756e12 and peak_flops("NVIDIA L4") == 121e12
+    assert peak_flops("NVIDIA H200 NVL") == 835e12 and peak_flops("NVIDIA H800 PCIe") == 756e12  # not H200's, H800's
     assert peak_flops("NVIDIA L40") == 181e12 and peak_flops("NVIDIA L40S") == 362e12  # not the L4's
     assert peak_flops("NVIDIA RTX A1000") is None   # not the A100's
     assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
@@ -224,6 +232,23 @@ def test_resolve_attention_on_cpu(monkeypatch):
     assert path == "sdpa" and "no CUDA GPU" in why
     with pytest.raises(RuntimeError, match="attention=fp8 cannot run here: no CUDA GPU.*--attention=sdpa"):
         M.resolve_attention("fp8", "cpu")
+
+
+def test_gpt_refuses_unknown_settings_with_errors_that_python_O_keeps():
+    """GPT checks pos, attention and the fp8 head dim with errors, not asserts: under python -O an assert
+    is gone, and pos='RoPE' built a model with no positions, attention='SDPA' ran the fp8 kernel."""
+    for kw, words in ((dict(pos="RoPE"), "pos='RoPE': expected rope, learned or none"),
+                      (dict(attention="SDPA"), "attention='SDPA': not one of"),
+                      (dict(vocab_size=None), "needs vocab_size and block_size")):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            tiny(**kw)
+    with pytest.raises(ValueError, match=r"head dims .* not n_embd/n_head=16"):
+        tiny(attention="fp8")   # 64 / 4 heads
+    code = ("from model import GPT, GPTConfig\n"
+            "try:\n    GPT(GPTConfig(block_size=8, vocab_size=8, n_layer=1, n_head=1, n_embd=8, pos='RoPE'))\n"
+            "except ValueError as e:\n    print('refused:', e)")
+    r = subprocess.run([sys.executable, "-O", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "refused: pos='RoPE'" in r.stdout, r.stdout + r.stderr
 
 
 def test_resolve_attention_refuses_unknown_names():

@@ -74,6 +74,32 @@ def test_config_presets_overrides_and_types(tmp_path):
     assert isinstance(cfg.learning_rate, float)
 
 
+def test_preset_imports_are_not_settings(tmp_path):
+    """README: a preset may import. A constant it imports (math's pi) is no setting, as a module or a
+    function is not; a star import, which binds names nobody wrote, is refused naming its line."""
+    preset = tmp_path / "p.py"
+    preset.write_text("from math import pi, tau as _t\nimport os.path\nwarmup_iters = int(pi * 10)\n"
+                      "def f():\n    from math import e\n    return e\n")
+    cfg = configurator.parse(train.TrainConfig(), [str(preset)])
+    assert cfg.warmup_iters == 31
+    preset.write_text("n_layer = 3\nfrom math import *\n")
+    with pytest.raises(configurator.ConfigError, match=re.escape(f"config file {preset}, line 2: `from math import *`")):
+        configurator.parse(train.TrainConfig(), [str(preset)])
+
+
+def test_a_gpu_index_past_the_machine_is_a_config_error(monkeypatch):
+    """--device=cuda:5 on a machine of one GPU: a config error naming the GPUs there, not a traceback from
+    torch.cuda.get_device_name later. (torch's count is faked: a machine with GPUs is the point.)"""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    configurator.check_device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(configurator.ConfigError, match=re.escape("device=cuda:2: this machine has 2 CUDA GPUs: cuda:0 to cuda:1")):
+        configurator.check_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(configurator.ConfigError, match=re.escape("device=cuda:5: this machine has 1 CUDA GPU: cuda:0")):
+        configurator.check_device("cuda:5")
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--lerning_rate=1e-3"], "unknown config key 'lerning_rate' (--lerning_rate=1e-3); did you mean 'learning_rate'"),
     (["--max_iters=ten"], "max_iters='ten' (--max_iters=ten): expected a value of type int"),

@@ -29,10 +29,14 @@ def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=DEFAULT_EXTS, comma
     command = command or command_line("data/text/prepare.py", input=input_path, out_dir=out_dir,
                                       tokenizer=tokenizer if tokenizer != "gpt2" else None,
                                       ext=",".join(exts) if tuple(exts) != DEFAULT_EXTS else None)
+    # endings compared without case (NOTES.TXT is a .txt), each with its dot (txt: not footxt)
+    ends = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in exts)
     name = os.path.basename(out_dir)  # absolute first: --out_dir=. names the folder, not "."
     tok = get_tokenizer(tokenizer)
     if os.path.isfile(input_path):
         text = read_text(input_path)
+        if not text.strip():
+            raise SystemExit(f"{input_path} holds no text ({len(text)} characters, all of them space)")
         cut = int(0.9 * len(text))
         splits, n_docs = {"val": [text[cut:]], "train": [text[:cut]]}, 2
         source = f"{input_path} ({len(text):,} characters; last 10% is val)"
@@ -42,9 +46,9 @@ def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=DEFAULT_EXTS, comma
             dirs[:] = [x for x in dirs if not x.startswith(".")]
             # hidden files (editor locks such as .#notes.txt, often dangling links) and non-files are skipped
             files += [os.path.relpath(os.path.join(d, n), input_path) for n in names
-                      if n.endswith(tuple(exts)) and not n.startswith(".") and os.path.isfile(os.path.join(d, n))]
+                      if n.lower().endswith(ends) and not n.startswith(".") and os.path.isfile(os.path.join(d, n))]
         if len(files) < 2:
-            raise SystemExit(f"{input_path} holds {len(files)} files ending in {exts}: need 2 or more for "
+            raise SystemExit(f"{input_path} holds {len(files)} files ending in {ends}: need 2 or more for "
                              "a train/val split (or pass a single file)")
         files.sort(key=path_order)
         n_val = max(1, len(files) // 100)
