@@ -1,8 +1,10 @@
 """Benchmark FP8 Delta-Matching attention against PyTorch SDPA (cuDNN and flash backends, BF16).
 
 One run prints, per shape: forward and forward+backward TFLOP/s of FP8 matched, FP8 stale, cuDNN
-and flash SDPA, the ratios to cuDNN, the share of matched time the Delta-Matching pre-pass costs,
-peak memory, and each method's error against an FP32 reference on the same inputs.
+and flash SDPA, the ratios to cuDNN, the share of matched time the Delta-Matching pre-pass costs
+(1 - stale / matched: a difference of two wall-time means, which moves by a point or two from run to
+run; --kernels gives it in GPU time), peak memory, and each method's error against an FP32 reference
+on the same inputs.
 
     python bench_attention.py                      # causal, DEFAULT_SHAPES (the speed targets' shapes)
     python bench_attention.py --shapes 4x16x4096x128 --no-causal
@@ -174,7 +176,8 @@ def main():
     only.add_argument("--compare", nargs="+", metavar="FILE", help="instead of the table: time these copies of older "
                       "attention_fp8.py revisions (or directories with both kernel files of one) against the "
                       "current one (and cuDNN) on the same inputs")
-    p.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds per shape (medians)")
+    p.add_argument("--rounds", type=int, default=None, help="--compare and --kernels: interleaved rounds per "
+                   "shape, medians taken (default 3 for --compare, 5 for --kernels)")
     p.add_argument("--kernels", action="store_true", help="instead of the table, or with --compare: GPU time per "
                    "kernel (torch profiler), matched and stale, with the pre-pass's share of GPU time; free of the "
                    "host's noise")
@@ -188,10 +191,20 @@ def main():
     bad = [s for s in args.shapes if not re.fullmatch(r"[1-9]\d*x[1-9]\d*x[1-9]\d*x[1-9]\d*", s)]
     if bad:
         p.error(f"--shapes {' '.join(bad)}: expected BxHxNxD, four positive integers (e.g. 2x16x8192x128)")
-    if args.rounds < 1:
+    if args.rounds is not None and args.rounds < 1:
         p.error(f"--rounds {args.rounds}: must be at least 1")
+    if args.kernels and (args.profile or args.graphs):
+        p.error("--kernels runs with the table's shapes or --compare, not with --profile or --graphs")
+    # options that one mode would take and the others pass over in silence: refused where they do nothing
+    if args.rounds is not None and not (args.compare or args.kernels):
+        p.error("--rounds is for --compare and --kernels (the table takes one mean per method)")
+    if args.no_errors and (args.compare or args.kernels or args.profile or args.graphs):
+        p.error("--no-errors is for the table; --compare, --kernels, --profile and --graphs compute no errors")
     if args.json and (args.profile or args.graphs or args.kernels):
         p.error("--json writes the table's or --compare's rows; --profile, --graphs and --kernels only print")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        p.error(f"--json {args.json}: no folder {os.path.dirname(os.path.abspath(args.json))} to write it in "
+                "(checked before the run, not after it)")
     if args.sweep is not None and (args.compare or args.profile or args.graphs or args.kernels):
         p.error("--sweep tunes the tilings for the table; it does not run with --compare, --kernels, --profile "
                 "or --graphs")
@@ -207,9 +220,9 @@ def main():
     if args.graphs:
         return graphed(args.shapes, not args.no_causal)
     if args.kernels:
-        return compare_kernels(args.compare or [], args.shapes, not args.no_causal, max(args.rounds, 5))
+        return compare_kernels(args.compare or [], args.shapes, not args.no_causal, args.rounds or 5)
     if args.compare:
-        rows = compare(args.compare, args.shapes, not args.no_causal, args.rounds)
+        rows = compare(args.compare, args.shapes, not args.no_causal, args.rounds or 3)
     else:
         if args.sweep is not None:
             sweep(args.sweep or list(SWEEP))
@@ -220,8 +233,32 @@ def main():
             print(json.dumps(rows[-1]), flush=True)
         print_table(rows)
     if args.json:
-        with open(args.json, "w") as f:     # NaN (no such figure, e.g. cuDNN's pre-pass share) as null: strict JSON
-            json.dump(nan_to_none(rows), f, indent=1, allow_nan=False)
+        write_json(args.json, rows, args)
+
+
+def run_settings(args):
+    """What a row's numbers depend on beyond its shape: the machine, the versions, the inputs' settings."""
+    return {"command": " ".join(["python", "bench_attention.py", *sys.argv[1:]]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "cudnn": torch.backends.cudnn.version(), "causal": not args.no_causal, "mean": args.mean,
+            "model_layout": args.model_layout, "errors": not (args.no_errors or args.compare),
+            "compare": args.compare, "rounds": (args.rounds or 3) if args.compare else None}
+
+
+def write_json(path, rows, args):
+    """{"settings": run_settings, "rows": one per shape}, through a temporary file and a rename: a run
+    stopped while writing leaves the earlier file whole. NaN (no such figure, e.g. cuDNN's pre-pass
+    share) is written as null: strict JSON."""
+    text = json.dumps({"settings": run_settings(args), "rows": nan_to_none(rows)}, indent=1, allow_nan=False)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def nan_to_none(x):
@@ -347,11 +384,20 @@ def load_revision(path, i):
 
 
 def revisions(files):
-    """(label, module) of each older revision in files, then ("current", attention_fp8)."""
-    mods = []
+    """(label, module) of each older revision in files, then ("current", attention_fp8). A label is the
+    file's or folder's name, or, where that is taken (two attention_fp8.py of different folders; a folder
+    called current), the path as given, then with its place in the list: times are kept by label, and
+    two revisions under one label would share one median."""
+    mods, taken = [], {"current", "cudnn"}
     for i, path in enumerate(files):
+        label = os.path.basename(os.path.normpath(path))
+        if label in taken:
+            label = os.path.normpath(path)
+        if label in taken:
+            label = f"{label} #{i + 1}"
+        taken.add(label)
         try:
-            mods.append((os.path.basename(os.path.normpath(path)), load_revision(path, i)))
+            mods.append((label, load_revision(path, i)))
         except Exception as e:  # a revision that no longer imports: say so, time the others
             print(f"  {path}: {first_line(e)}", file=sys.stderr)
     return mods + [("current", A)]
@@ -448,7 +494,7 @@ def graphed(shapes, causal):
                 with torch.cuda.graph(graph):
                     step()
                 t_graph = triton.testing.do_bench(graph.replay, warmup=25, rep=150)
-            except RuntimeError as e:
+            except (RuntimeError, ValueError) as e:     # ValueError: a shape the FP8 kernel refuses
                 print(f"  {name} {s}: {first_line(e)}", file=sys.stderr)
                 continue
             print(f"{name:>12} {s:>16} {'y' if causal else 'n':>1} | {t_eager:8.3f} {fwd_bwd_flops / t_eager * 1e-9:7.0f} | "
@@ -475,11 +521,18 @@ def compare_kernels(files, shapes, causal, rounds, calls=6):
         def fwd_bwd(m, delta):
             q.grad = k.grad = v.grad = None     # no grad-accumulation kernels
             m.attention(q, k, v, causal=causal, delta=delta).backward(do)
-        for _, m, delta in runs:     # compile and warm up
-            fwd_bwd(m, delta)
-        times = {label: {kind: [] for kind, _ in KERNEL_KINDS + (("all", ""),)} for label, _, _ in runs}
+        live = []
+        for label, m, delta in runs:     # compile and warm up; a revision that fails is reported and left out
+            try:
+                fwd_bwd(m, delta)
+                live.append((label, m, delta))
+            except Exception as e:
+                print(f"  {label} {s}: {first_line(e)}", file=sys.stderr)
+        if not live:
+            continue
+        times = {label: {kind: [] for kind, _ in KERNEL_KINDS + (("all", ""),)} for label, _, _ in live}
         for r in range(rounds):
-            for label, m, delta in (runs if r % 2 == 0 else runs[::-1]):
+            for label, m, delta in (live if r % 2 == 0 else live[::-1]):
                 torch.cuda.synchronize()
                 with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(calls):
@@ -495,13 +548,13 @@ def compare_kernels(files, shapes, causal, rounds, calls=6):
                 for kind, t in per_kind.items():
                     times[label][kind].append(t)
         med = {label: {kind: statistics.median(ts) for kind, ts in t.items()} for label, t in times.items()}
-        base = med[runs[0][0]]
+        base = med[live[0][0]]
         print(f"\n{s} causal={'y' if causal else 'n'}: GPU us per forward+backward by kernel (medians of {rounds} "
-              f"interleaved rounds of {calls} calls; speedups against {runs[0][0]})")
-        for label, _, delta in runs:
+              f"interleaved rounds of {calls} calls; speedups against {live[0][0]})")
+        for label, _, delta in live:
             t = med[label]
             share = ""
-            if delta == "stale":
+            if delta == "stale" and label[:-len(" stale")] in med:
                 matched = med[label[:-len(" stale")]]["all"]
                 share = f" | pre-pass {(matched - t['all']) / matched:.1%} of GPU time"
             print(f"{label:>16}: " + "  ".join(f"{kind} {t[kind]:8.1f} ({base[kind] / t[kind]:.3f}x)"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 import configurator
-from model import ATTENTION_PATHS, GPT, GPTConfig, resolve_attention, shape_problem
+from model import ATTENTION_PATHS, GPT, GPTConfig, fp8_unavailable, resolve_attention, shape_problem
 
 SDPA_BACKENDS = {"sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_flash": "FLASH_ATTENTION"}  # forced SDPA backends
 # the aten op each backend runs, as the profiler names it: a forced arm checks that it really ran. MATH
@@ -58,12 +58,32 @@ def batch_size(tokens_per_step, block_size):
     return max(1, tokens_per_step // block_size)
 
 
-def bench(cfg, attention, block_size, device):
+def resolve_arms(attentions, device, head_dim):
+    """{arm: (model path, why not fp8 or None)} for every arm, before any is timed: an fp8 arm that cannot
+    run here used to stop the run only at its turn, after the arms before it had compiled and run."""
+    arms = {}
+    for attention in attentions:
+        if attention in SDPA_BACKENDS:
+            arms[attention] = ("sdpa", None)
+            continue
+        try:
+            arms[attention] = resolve_attention(attention, device, head_dim)
+        except RuntimeError:  # an fp8 path where the kernel cannot run: the user's choice, so no traceback
+            raise SystemExit(f"attentions: {attention} cannot run here: {fp8_unavailable(device, head_dim)}; "
+                             "leave it out of --attentions")
+    return arms
+
+
+def arm_label(attention, path, why):
+    """The row's name: the arm, and for auto the path it took (and why not fp8, where it fell back)."""
+    if attention != "auto":
+        return attention
+    return f"auto: {path}" + (f" ({why})" if why else "")
+
+
+def bench(cfg, attention, path, block_size, device):
+    """tokens/s, MFU and peak GiB of the arm `attention`, whose model runs attention path `path`."""
     backend = SDPA_BACKENDS.get(attention)
-    try:
-        path = "sdpa" if backend else resolve_attention(attention, device, cfg.n_embd // cfg.n_head)[0]
-    except RuntimeError as e:  # an fp8 path where the kernel cannot run: the user's choice, so no traceback
-        raise SystemExit(str(e))
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=block_size, vocab_size=cfg.vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
                           n_kv_head=cfg.n_kv_head or cfg.n_head, n_embd=cfg.n_embd, qk_norm=cfg.qk_norm,
@@ -138,9 +158,10 @@ def load_config(argv):
     for key in ("steps", "tokens_per_step", "n_layer", "n_head", "n_embd", "vocab_size"):  # steps=0: divides by 0
         if getattr(cfg, key) < 1:
             raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be at least 1")
-    for key in ("warmup", "n_kv_head"):
-        if getattr(cfg, key) < 0:
-            raise configurator.ConfigError(f"{key}={getattr(cfg, key)}: must be >= 0")
+    if cfg.n_kv_head < 0:
+        raise configurator.ConfigError(f"n_kv_head={cfg.n_kv_head}: must be >= 0")
+    if cfg.warmup < 1:  # the first step compiles (torch.compile, the Triton kernels): never timed
+        raise configurator.ConfigError(f"warmup={cfg.warmup}: must be at least 1 (the first step compiles)")
     why = shape_problem(cfg.n_embd, cfg.n_head, cfg.n_kv_head)  # the model takes RoPE
     if why:
         raise configurator.ConfigError(why)
@@ -170,6 +191,7 @@ def main(argv=None):
     device = torch.device("cuda" if cfg.device == "auto" else cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit(f"device={cfg.device}: PyTorch sees no CUDA GPU here")
+    arms = resolve_arms(attentions, device, cfg.n_embd // cfg.n_head)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     print(f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'} | torch {torch.__version__} | "
@@ -180,9 +202,9 @@ def main(argv=None):
     for block_size in block_sizes:  # each row as soon as it is measured: a long run shows its progress
         first = None
         for attention in attentions:
-            tok_s, mfu, mem = bench(cfg, attention, block_size, device)
+            tok_s, mfu, mem = bench(cfg, attention, arms[attention][0], block_size, device)
             first = first or tok_s
-            print(f"| {block_size:>5} | {attention:<10} | {tok_s:>12,.0f} | {tok_s / first:5.2f}x | "
+            print(f"| {block_size:>5} | {arm_label(attention, *arms[attention]):<10} | {tok_s:>12,.0f} | {tok_s / first:5.2f}x | "
                   + (f"{100 * mfu:5.1f}% |" if mfu is not None else "  n/a |")
                   + (f" {mem:6.1f} |" if mem == mem else "    n/a |"), flush=True)  # mem is nan off CUDA
 

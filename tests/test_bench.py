@@ -333,16 +333,46 @@ def test_graphed_tflops(fake_gpu, monkeypatch, capsys, causal):
         assert float(line[5]) > 10 and float(line[8]) > 10, line
 
 
+def test_graphed_goes_on_past_a_shape_the_fp8_kernel_refuses(fake_gpu, monkeypatch, capsys):
+    """--graphs at a head dim the kernel does not take: attention() raises ValueError, which stopped the
+    run with a traceback before cuDNN's and flash's rows (only RuntimeError was caught)."""
+    FakeGraph.calls = fake_gpu.calls
+    fake_gpu.scale = 1e-5
+
+    @contextlib.contextmanager
+    def capture(graph):
+        yield
+        graph.who = fake_gpu.calls[-1]
+    stream = lambda *a, **k: types.SimpleNamespace(wait_stream=lambda s: None)
+    monkeypatch.setattr(torch.cuda, "Stream", stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", capture)
+    B.graphed(["1x1x64x96"], True)
+    out, err = capsys.readouterr()
+    assert "fp8_matched 1x1x64x96:" in err and "fp8_stale 1x1x64x96:" in err, err
+    assert [line.split()[0] for line in out.splitlines() if line.strip()] == ["method", "cudnn", "flash"], out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--shapes", "8x16x1024x64", "4x16x4096"], "--shapes 4x16x4096: expected BxHxNxD"),
     (["--shapes", "0x16x1024x64"], "--shapes 0x16x1024x64: expected BxHxNxD"),
     (["--rounds", "0", "--compare", "a.py"], "--rounds 0: must be at least 1"),
     (["--kernels", "--json", "k.json"], "--json writes the table's or --compare's rows"),
     (["--graphs", "--sweep"], "--sweep tunes the tilings for the table"),
+    (["--kernels", "--graphs"], "--kernels runs with the table's shapes or --compare, not with --profile"),
+    (["--kernels", "--profile"], "--kernels runs with the table's shapes or --compare, not with --profile"),
+    (["--rounds", "2"], "--rounds is for --compare and --kernels"),
+    (["--no-errors", "--compare", "a.py"], "--no-errors is for the table"),
+    (["--no-errors", "--graphs"], "--no-errors is for the table"),
+    (["--json", "/no/such/folder/rows.json"], "--json /no/such/folder/rows.json: no folder /no/such/folder"),
 ])
 def test_bad_arguments_stop_before_any_run(monkeypatch, capsys, argv, message):
     """Checked when parsed, GPU or not: a bad shape last in the list stopped the run after the others,
-    with no table and no JSON; --json beside --kernels was ignored without a word."""
+    with no table and no JSON; --json beside --kernels was ignored without a word, as were --kernels
+    beside --graphs or --profile, --rounds with the table and --no-errors outside it; a --json path in a
+    missing folder failed only after every shape had run."""
     monkeypatch.setattr(sys, "argv", ["bench_attention.py", *argv])
     with pytest.raises(SystemExit) as e:
         B.main()
@@ -374,6 +404,17 @@ def test_revisions_put_the_current_kernels_last(monkeypatch):
         ("attention_fp8.py", "module 0"), ("rev12", "module 1"), ("current", attention_fp8)]
 
 
+def test_revisions_of_one_name_get_labels_of_their_own(monkeypatch):
+    """compare() keeps times by label: two attention_fp8.py from different folders (git show REV:... >
+    /tmp/REV/attention_fp8.py, twice) shared one label, and each row printed the median of both."""
+    monkeypatch.setattr(B, "load_revision", lambda path, i: f"module {i}")
+    labels = [label for label, _ in B.revisions(["a/attention_fp8.py", "b/attention_fp8.py", "x/current",
+                                                 "b/attention_fp8.py", "cudnn"])]
+    assert labels == ["attention_fp8.py", os.path.normpath("b/attention_fp8.py"), os.path.normpath("x/current"),
+                      os.path.normpath("b/attention_fp8.py") + " #4", "cudnn #5", "current"]
+    assert len(set(labels)) == len(labels)
+
+
 def test_json_holds_every_shape_row(fake_gpu, monkeypatch, tmp_path):
     """--json writes the rows of every shape, as bench_shape made them, in the order of --shapes."""
     made = []
@@ -387,6 +428,13 @@ def test_json_holds_every_shape_row(fake_gpu, monkeypatch, tmp_path):
                                       "--shapes", "1x2x64x64", "1x1x128x64"])
     fake_gpu.dry = True
     B.main()
-    rows = json.loads(path.read_text())
+    written = json.loads(path.read_text())
+    rows = written["rows"]
     assert [r["shape"] for r in rows] == ["1x2x64x64", "1x1x128x64"]
     assert rows == json.loads(json.dumps(B.nan_to_none(made)))
+    # the settings the rows depend on, which only the printed log's header held before
+    settings = written["settings"]
+    assert settings["gpu"] == "fake GPU" and settings["torch"] == torch.__version__ and settings["causal"] is True
+    assert (settings["mean"], settings["model_layout"], settings["errors"]) == (0.0, False, False)
+    assert settings["command"].endswith("--shapes 1x2x64x64 1x1x128x64")
+    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f], "a temporary file was left behind"

@@ -35,7 +35,7 @@ def test_bench_tokens_per_second_and_mfu(clocked):
     block_size, tokens_per_step, batch = 32, 100, 3
     cfg = bench_train.BenchConfig(n_layer=1, n_head=2, n_embd=128, vocab_size=256, tokens_per_step=tokens_per_step,
                                   warmup=1, steps=2, compile=False, device="cpu")
-    tok_s, mfu, mem = bench_train.bench(cfg, "sdpa", block_size, torch.device("cpu"))
+    tok_s, mfu, mem = bench_train.bench(cfg, "sdpa", "sdpa", block_size, torch.device("cpu"))
     assert clocked.forwards == cfg.warmup + cfg.steps
     assert tok_s == pytest.approx(batch * block_size / STEP_S, rel=1e-12)
     ref = GPT(GPTConfig(block_size=block_size, vocab_size=256, n_layer=1, n_head=2, n_kv_head=2, n_embd=128))
@@ -55,7 +55,7 @@ def test_model_settings_reach_the_model(clocked, monkeypatch):
     monkeypatch.setattr(bench_train, "GPT", RecordedGPT)
     cfg = bench_train.BenchConfig(n_layer=1, n_head=4, n_kv_head=2, qk_norm=True, n_embd=256, vocab_size=256,
                                   tokens_per_step=32, warmup=1, steps=1, compile=False, device="cpu")
-    bench_train.bench(cfg, "sdpa", 32, torch.device("cpu"))
+    bench_train.bench(cfg, "sdpa", "sdpa", 32, torch.device("cpu"))
     assert [(c.n_head, c.n_kv_head, c.qk_norm, c.n_layer, c.n_embd) for c in built] == [(4, 2, True, 1, 256)], built
 
 
@@ -65,7 +65,7 @@ def test_main_table_ratios(monkeypatch, capsys):
     figures = {(1024, "sdpa"): (500_000.0, 0.40, 42.9), (1024, "fp8"): (400_000.0, 0.32, 40.0),
                (4096, "sdpa"): (250_000.0, 0.30, 43.0),
                (4096, "fp8"): (200_000.0, None, float("nan"))}  # nan: peak memory, as off CUDA
-    monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, block_size, device: figures[block_size, attention])
+    monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, path, block_size, device: figures[block_size, attention])
     bench_train.main(["--device=cpu", "--attentions=sdpa,fp8", "--block_sizes=1024,4096"])
     out = capsys.readouterr().out
     assert out.count("| T |") == 1, out  # one header, above the rows, printed once
@@ -86,7 +86,7 @@ def test_main_table_ratios(monkeypatch, capsys):
 def test_header_gives_the_tokens_each_step_runs(monkeypatch, capsys, args, header):
     """The header printed the tokens asked for (65,536) where a block size that does not divide them ran
     fewer (21 x 3072 = 64,512), or more (one whole sequence past a tokens_per_step below block_size)."""
-    monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, block_size, device: (1.0, None, float("nan")))
+    monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, path, block_size, device: (1.0, None, float("nan")))
     bench_train.main(["--device=cpu", "--attentions=sdpa", *args])
     assert header in capsys.readouterr().out.splitlines()[0]
 
@@ -105,6 +105,7 @@ def test_peak_gib(monkeypatch):
     ("--block_sizes=0", "block_sizes='0': expected whole numbers >= 1"),
     ("--block_sizes=1024,-1", "block_sizes='1024,-1': expected whole numbers >= 1"),
     ("--steps=0", "steps=0: must be at least 1"),
+    ("--warmup=0", "warmup=0: must be at least 1 (the first step compiles)"),   # compilation timed as training
     ("--device=gpu", "device='gpu': expected auto, cpu, cuda or cuda:N"),
     ("--attentions=sdpa,bogus", "unknown path(s) 'bogus'; the paths are auto, fp8, fp8_stale, sdpa, sdpa_cudnn,"),
     ("--n_head=5", "n_embd=768 must be a multiple of n_head=5"),
@@ -120,12 +121,27 @@ def test_bad_arguments_are_config_errors(monkeypatch, arg, message):
     assert str(e.value).startswith("config error: ") and message in str(e.value), str(e.value)
 
 
-def test_fp8_where_it_cannot_run_is_refused_without_a_traceback():
-    """fp8 on the CPU: resolve_attention's reason, as the message of a clean exit."""
-    cfg = bench_train.BenchConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, tokens_per_step=32, warmup=0,
-                                  steps=1, compile=False, device="cpu")
-    with pytest.raises(SystemExit, match="attention=fp8 cannot run here"):
-        bench_train.bench(cfg, "fp8", 16, torch.device("cpu"))
+def test_fp8_where_it_cannot_run_is_refused_before_any_arm_runs(monkeypatch):
+    """An fp8 arm that cannot run here (head dim 16) stops the run before the first arm is timed (it
+    stopped at its own turn, after the arms before it had compiled and run), in a clean exit that names
+    this script's option (the trainer's advice, --attention=sdpa, is an unknown key here)."""
+    monkeypatch.setattr(bench_train, "bench", lambda *a: pytest.fail("an arm ran before the refusal"))
+    with pytest.raises(SystemExit) as e:
+        bench_train.main(["--device=cpu", "--attentions=sdpa,fp8", "--n_embd=32", "--n_head=2", "--block_sizes=16"])
+    assert str(e.value) == ("attentions: fp8 cannot run here: head dim 16 (n_embd / n_head): the fp8 kernel takes "
+                            "64 or 128; leave it out of --attentions"), str(e.value)
+
+
+def test_an_auto_row_names_the_path_it_ran(monkeypatch, capsys):
+    """auto is fp8 where it runs, else sdpa: its row says which, and why not fp8 (on a CPU: sdpa, for
+    want of a GPU), and bench() builds the model with that path."""
+    ran = []
+    monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, path, block_size, device:
+                        ran.append((attention, path)) or (1.0, None, float("nan")))
+    bench_train.main(["--device=cpu", "--attentions=auto,sdpa", "--block_sizes=64"])
+    rows = capsys.readouterr().out.split("|---|---|---|---|---|---|\n")[1].splitlines()
+    assert [row.split("|")[2].strip() for row in rows] == ["auto: sdpa (no CUDA GPU)", "sdpa"], rows
+    assert ran == [("auto", "sdpa"), ("sdpa", "sdpa")]
 
 
 def test_forced_sdpa_backends_run_and_are_checked(monkeypatch):
@@ -137,10 +153,10 @@ def test_forced_sdpa_backends_run_and_are_checked(monkeypatch):
     cfg = bench_train.BenchConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=128, tokens_per_step=64, warmup=1,
                                   steps=1, compile=True, device="cpu")
     for arm in ("sdpa_math", "sdpa_flash"):
-        tok_s, _, _ = bench_train.bench(cfg, arm, 32, torch.device("cpu"))
+        tok_s, _, _ = bench_train.bench(cfg, arm, "sdpa", 32, torch.device("cpu"))
         assert tok_s > 0
     # and the check can fail: an arm whose op never shows
     monkeypatch.setattr(bench_train, "SDPA_OPS", {**bench_train.SDPA_OPS, "FLASH_ATTENTION": "_no_such_op"})
     cfg.compile = False
     with pytest.raises(SystemExit, match=r"sdpa_flash: the FLASH_ATTENTION backend did not run; the profiler saw \[.*flash"):
-        bench_train.bench(cfg, "sdpa_flash", 32, torch.device("cpu"))
+        bench_train.bench(cfg, "sdpa_flash", "sdpa", 32, torch.device("cpu"))
