@@ -12,7 +12,10 @@ from data.common import MAGIC, ShardWriter, get_tokenizer, load_meta, read_shard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+# GPT-2's ranks offline: the project's shared copy beside the clone, else the folder tiktoken is told to use
 TIKTOKEN_CACHE = os.path.join(SHARED, "tiktoken_cache")
+if not os.path.isdir(TIKTOKEN_CACHE) and os.environ.get("TIKTOKEN_CACHE_DIR"):
+    TIKTOKEN_CACHE = os.environ["TIKTOKEN_CACHE_DIR"]
 SHAKESPEARE = os.path.join(SHARED, "datasets", "tinyshakespeare.txt")
 
 
