@@ -505,9 +505,9 @@ KERNEL_KINDS = (("fwd", "_fwd_kernel"), ("dq", "_bwd_dq_kernel"), ("dkdv", "dkdv
 
 
 def compare_kernels(files, shapes, causal, rounds, calls=6):
-    """As compare(), but each label's time is the GPU time of its kernels (torch profiler), summed over
-    `calls` forward+backward calls, by kernel (forward, dQ with the pre-pass, dK/dV, quantize) and in
-    all; medians of `rounds` interleaved rounds. Host time and launch gaps are left out, so differences
+    """As compare() (cuDNN left out), but each label's time is the GPU time of its kernels (torch
+    profiler), summed over `calls` forward+backward calls, by kernel (forward, dQ with the pre-pass,
+    dK/dV, quantize) and in all; medians of `rounds` interleaved rounds. Host time and launch gaps are left out, so differences
     of 1% show (the same code twice reads within about 0.3% on the H200, where wall-time --compare
     runs can swing the identical forward by several percent). Stale rows give the pre-pass's share
     of GPU time: (matched - stale) / matched."""
