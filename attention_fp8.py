@@ -105,8 +105,9 @@ Why these choices:
   stored. P V, P^T dO, dS K and dS^T Q reduce over tokens, so the quantize kernel also writes
   token-contiguous copies (VT8, DOT8, KT8, QT8).
 
-All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for finite inputs (and an
-sm_scale that fits fp32). Scores of 1e5 and more (sm_scale * q.k) make the backward's recomputed P
+All casts saturate (|x| > 448 -> 448), so outputs and gradients stay finite for finite inputs whose
+scores sm_scale * q.k fit fp32 (a larger sm_scale, 1e37 on N(0, 1) inputs, overflows them, and the
+outputs are NaN, as in any fp32 softmax). Scores of 1e5 and more (sm_scale * q.k) make the backward's recomputed P
 coarse, as in any kernel that recomputes it in fp32: the base-2 score is then about 1.4e5, whose
 fp32 spacing is 2^-6, so P is rounded by up to about 0.5%.
 The forward saves LSE (in base 2) and recomputes P in the backward: no N x N buffer anywhere.
@@ -1114,12 +1115,12 @@ def _check_inputs(q, k, v, delta):
         raise ValueError(f"attention: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     if Bk != B or Nk != N or Dk != D:
         raise ValueError(f"attention: batch, seq_len and head_dim must match between q {tuple(q.shape)} and k/v {tuple(k.shape)}")
-    if Hk == 0 or H % Hk != 0:
+    if N == 0 or B == 0 or H == 0 or Hk == 0:   # before the head count's check, which would blame 0 heads
+        raise ValueError(f"attention: empty input of shape {tuple(q.shape)} (k/v {tuple(k.shape)})")
+    if H % Hk != 0:
         raise ValueError(f"attention: q's {H} heads must be a multiple of k/v's {Hk} heads (grouped-query attention)")
     if D not in HEAD_DIMS:
         raise ValueError(f"attention: head_dim {D} is not supported; supported head dims are {HEAD_DIMS}")
-    if N == 0 or B == 0 or H == 0:
-        raise ValueError(f"attention: empty input of shape {tuple(q.shape)}")
     # The quantize launches put the (batch, head) pairs on a grid's second axis, which CUDA caps at
     # 65,535 (the attention launches put sections of G of them there).
     if B * H > 65535:
@@ -1165,7 +1166,9 @@ def _causal_and_scale(q, causal, sm_scale):
     # The kernels floor the factor from an FP8 dot to S at 1e-30 (zero tiles, _fwd_inner): a negative
     # scale would come out as that floor, near-uniform attention, not as an error.
     scale = float(sm_scale)
-    if not (math.isfinite(scale) and scale >= 0):
+    # comparisons, not math.isfinite: under torch.compile(dynamic=True) a scale made from q.size(-1) is
+    # a SymFloat, which math.isfinite cannot take (a graph break, and with fullgraph=True an error)
+    if not (0 <= scale < math.inf):     # NaN fails both
         raise ValueError(f"attention: sm_scale must be a finite number >= 0, got {sm_scale!r}")
     # the kernels take sm_scale * log2(e) as an fp32 number: past fp32's range it is inf, and every output NaN
     if scale * LOG2E > torch.finfo(torch.float32).max:

@@ -557,6 +557,28 @@ def test_torch_compile_fullgraph(delta, monkeypatch):
         assert torch.equal(x, eager[name]), f"compiled {name} differs from eager delta={delta!r}"
 
 
+def test_torch_compile_dynamic_with_a_scale_from_the_head_dim(monkeypatch):
+    """torch.compile(fullgraph=True, dynamic=True) around attention(..., sm_scale=q.size(-1) ** -0.5), the
+    usual way to write the scale: under dynamic shapes it is a SymFloat, and the check on it used
+    math.isfinite, which Dynamo cannot trace (an error with fullgraph=True, a graph break without)."""
+    # eager calls take the compiled path's kernels (as in test_torch_compile_fullgraph): bit for bit
+    monkeypatch.setattr(A, "HOPPER_FORWARD_MIN_SCORES", A.COMPILED_MIN_SCORES)
+    monkeypatch.setattr(A, "HOPPER_BACKWARD_MIN_SCORES", A.COMPILED_MIN_SCORES)
+    q, k, v, do = make_inputs(1, 2, 2, 64, 64, seed=5)
+
+    def f(q, k, v):
+        return attention(q, k, v, causal=True, sm_scale=q.size(-1) ** -0.5)
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=True, backend="aot_eager" if not ON_GPU else "inductor")
+    qc, kc, vc = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    o = compiled(qc, kc, vc)
+    o.backward(do)
+    eager = run_kernel(q, k, v, do, True, sm_scale=0.125)
+    assert torch.equal(o.detach(), eager["o"])
+    for name, x in (("dq", qc.grad), ("dk", kc.grad), ("dv", vc.grad)):
+        assert torch.equal(x, eager[name]), f"compiled {name} differs from eager"
+
+
 def test_bad_inputs_raise_clear_errors(monkeypatch):
     q = torch.randn(1, 2, 16, 64, device=DEVICE, dtype=torch.bfloat16)
 

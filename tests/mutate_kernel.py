@@ -94,6 +94,10 @@ BUGS = {
     "tiling_not_a_power_of_two": ("all(16 <= b <= PAD and b & (b - 1) == 0 for b in blocks)",
                                   "all(16 <= b <= PAD for b in blocks)",
                                   "a swept tiling with a block that is not a power of two is taken (scale tiles split)"),
+    "sm_scale_symbolic_isfinite": ("    if not (0 <= scale < math.inf):     # NaN fails both",
+                                   "    if not (math.isfinite(scale) and scale >= 0):",
+                                   "math.isfinite on sm_scale: q.size(-1) ** -0.5 under torch.compile(dynamic=True, "
+                                   "fullgraph=True) stops the compilation"),
 }
 
 

@@ -600,8 +600,8 @@ BUGS = {
         '    if B * Hk > 65535:',
         "the 65,535 (batch, head) limit counts k's heads: grouped-query calls past it reach the launch"),
     'sm_scale_zero_refused': ('attention_fp8.py',
-        '    if not (math.isfinite(scale) and scale >= 0):',
-        '    if not (math.isfinite(scale) and scale > 0):',
+        '    if not (0 <= scale < math.inf):     # NaN fails both',
+        '    if not (0 < scale < math.inf):     # NaN fails both',
         'sm_scale = 0, documented as accepted, is refused'),
     'sm_scale_bound_without_log2e': ('attention_fp8.py',
         '    if scale * LOG2E > torch.finfo(torch.float32).max:',
@@ -665,6 +665,10 @@ BUGS = {
         '    if attention != "auto":\n        return attention',
         '    if True:\n        return attention',
         "an auto row does not say which path it ran"),
+    'empty_kv_heads_blamed_on_grouping': ('attention_fp8.py',
+        '    if N == 0 or B == 0 or H == 0 or Hk == 0:',
+        '    if N == 0 or B == 0 or H == 0:',
+        "k/v with no heads reach the grouped-query check (a ZeroDivisionError in H % 0)"),
 }
 
 
