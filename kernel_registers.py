@@ -16,8 +16,9 @@ It exits with an error if a kernel asks for more shared memory per block than th
 a kernel compiles, but the GPU refuses to launch it.
 
 Integer arguments are compiled as the launcher specializes them at the benchmark shapes (divisible
-by 16, head counts not), so the numbers come within a few registers and spilled bytes of what the
-H200 reads back after a real launch (results/registers_h200.txt).
+by 16, head counts not, and head_dim's stride, 1 in every launch, a constant), so the numbers come
+within a few registers and spilled bytes of what the H200 reads back after a real launch
+(results/registers_h200.txt). The quantize kernel is compiled for each of its three launches.
 """
 import argparse
 import importlib.util
@@ -37,6 +38,10 @@ ACT_POINTERS = {"Q", "O", "DO", "DQ", "DK", "DV", "X", "Y"}      # bf16 activati
 FLOAT_SCALARS = {"sm_scale", "qk_scale"}
 INTS = {"N", "H", "H_KV"}         # capitals that are not pointers
 UNSPECIALIZED = {"H", "H_KV"}     # head counts: small numbers, not divisible by 16
+# head_dim's stride: 1 in every launch (the kernels read rows of D contiguous elements), and Triton
+# compiles an integer argument equal to 1 as the constant 1 (vector loads; as an i32 the quantize
+# kernel at D = 128 read back 255 registers and 120 spilled bytes, against 241 and none as launched)
+STRIDE_ONE = {"stride_qd", "stride_dod", "sxd", "syd"}
 COMPILE_OPTIONS = {}              # the compile options of the file under test (its COMPILE_OPTIONS), set by main()
 SECTION = 4                       # the kernels' G (section()), set by main()
 # Per target (compute capability): the shared memory a block may ask for and an SM holds, in bytes,
@@ -70,6 +75,7 @@ def compile_for_target(fn, constexprs, num_warps, num_stages, descriptors=None, 
     descriptors: {argument name: (block shape, shared layout)} of a Gluon kernel's TMA descriptors;
     maxnreg: the register cap the launch asks for, if any."""
     names = fn.arg_names
+    constexprs = {**{n: 1 for n in names if n in STRIDE_ONE}, **constexprs}
     signature = {n: "constexpr" if n in constexprs else arg_type(n) for n in names}
     for n, (block, layout) in (descriptors or {}).items():
         signature[n] = f"tensordesc<fp8e4nv{list(block)},{layout!r}>"
@@ -168,11 +174,19 @@ def main():
     print(f"{'D':>4} {'kernel':>10} {'tiling':>36} | {'registers':>9} {'spilled bytes':>13} {'shared KiB':>10} "
           f"{'per SM':>11}")
     for D in args.head_dims or A.HEAD_DIMS:
-        A.tiles(D, shared_bytes) if tiled_by_gpu else A.tiles(D)     # refuses inconsistent tilings
-        # the quantizer as the Gluon forward calls it: K's rows and V^T with each 32 keys permuted
-        regs, spills, shared = resources(A._quantize_kernel, dict(TILE=128, D=D, X_ROWS=True, X_COLS=False, Y_ROWS=False,
-                                                                  Y_COLS=True, PERMUTE_COLS=True), 4, 1)
-        row(D, "quantize", "TILE=128 w4, V^T permuted", regs, spills, shared, 4)
+        # the quantizer as attention_fp8 launches it: the forward's K^ and V^T, the backward's Q^, Q^T, dO^,
+        # dO^T, then its K^, K^T and V^. The token-major copies are permuted within each 32 tokens for the
+        # Gluon kernels (with --hopper on sm_90, as at the benchmark's sizes) and always for K^T.
+        tile = A.tiles(D, shared_bytes) if tiled_by_gpu else A.tiles(D)
+        gluon = H is not None
+        launches = (("K, V^T", tile["k"], (True, False, False, True), gluon),
+                    ("Q, dO, both", tile["q"], (True, True, True, True), gluon),
+                    ("K, K^T, V", tile["k"], (True, True, True, False), True))
+        for what, t, (x_rows, x_cols, y_rows, y_cols), permuted in launches:
+            regs, spills, shared = resources(A._quantize_kernel, dict(TILE=t, D=D, X_ROWS=x_rows, X_COLS=x_cols,
+                                                                      Y_ROWS=y_rows, Y_COLS=y_cols,
+                                                                      PERMUTE_COLS=permuted), 4, 1)
+            row(D, "quantize", f"TILE={t} w4 {what}" + (" permuted" if permuted else ""), regs, spills, shared, 4)
         kernels = {"fwd": (A._fwd_kernel, dict(CAUSAL=True)),     # with section(): G = 4 where a kernel takes G
                    "dq": (A._bwd_dq_kernel, dict(CAUSAL=True, MATCHED=True, DEBUG=False)),
                    "dkdv": (A._bwd_dkdv_kernel, dict(CAUSAL=True))}

@@ -13,7 +13,10 @@ silently:
 
 What the GPU does (H200, triton 3.6, measured bit for bit): round to nearest-even, and saturate
 both fp8 formats (overflow and +-inf -> +-448 for e4m3, +-57344 for e5m2; NaN stays NaN), i.e.
-exactly ``torch.clamp(x, -fmax, fmax).to(fp8_dtype)``.
+exactly ``torch.clamp(x, -fmax, fmax).to(fp8_dtype)``. That is the PTX Triton emits for sm_90, sm_100
+and sm_120 (``cvt.rn.satfinite.e4m3x2.f32``). For Ada (sm_89) it emits ``cvt.rz.f16.f32`` first, then
+the fp16 -> e4m3 cast: the fp32 is truncated to fp16 before it is rounded, which differs in about 0.4%
+of random values (a reviewer's simulation, 2026-12-07); the shim does not model that.
 
 What ``install()`` changes, in the module ``triton.runtime.interpreter``:
 
