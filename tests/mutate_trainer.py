@@ -669,6 +669,10 @@ BUGS = {
         '    if N == 0 or B == 0 or H == 0 or Hk == 0:',
         '    if N == 0 or B == 0 or H == 0:',
         "k/v with no heads reach the grouped-query check (a ZeroDivisionError in H % 0)"),
+    'registers_stride_variable': ('kernel_registers.py',
+        '    constexprs = {**{n: 1 for n in names if n in STRIDE_ONE}, **constexprs}\n',
+        '',
+        "kernel_registers.py compiles head_dim's stride as a variable: figures for a kernel no launch runs"),
 }
 
 
