@@ -237,7 +237,8 @@ class GPT(nn.Module):
         super().__init__()
         if config.vocab_size is None or config.block_size is None:
             raise ValueError("GPTConfig needs vocab_size and block_size")
-        if config.pos not in ("rope", "learned", "none"):  # not an assert: python -O would build a model with no positions
+        # errors, not asserts: under python -O, pos='RoPE' built a model with no positions
+        if config.pos not in ("rope", "learned", "none"):
             raise ValueError(f"pos={config.pos!r}: expected rope, learned or none")
         if config.n_kv_head < 1:  # the trainer's 0 ("same as n_head") is resolved before a GPTConfig is made
             raise ValueError(f"n_kv_head={config.n_kv_head}: GPTConfig takes the number of k/v heads, at least 1")

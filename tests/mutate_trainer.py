@@ -613,7 +613,7 @@ BUGS = {
         'an unknown attention name is blamed on the device, or handed back on an FP8 GPU'),
     # session 50: a reader's review of model.py, configurator.py and data/, then of the bench scripts
     'gpt_pos_assert': ('model.py',
-        '        if config.pos not in ("rope", "learned", "none"):  # not an assert: python -O would build a model with no positions\n'
+        '        if config.pos not in ("rope", "learned", "none"):\n'
         '            raise ValueError(f"pos={config.pos!r}: expected rope, learned or none")',
         '        assert config.pos in ("rope", "learned", "none"), f"pos={config.pos!r}: expected rope, learned or none"',
         "pos checked by an assert: under python -O pos='RoPE' builds a model with no positions"),
