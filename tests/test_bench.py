@@ -305,37 +305,9 @@ class FakeGraph:
         FakeGraph.calls.append(self.who)
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_graphed_tflops(fake_gpu, monkeypatch, capsys, causal):
-    """--graphs: forward+backward TFLOP/s (3.5x the forward count, half of it causal) of the eager and the
-    replayed time."""
-    FakeGraph.calls = fake_gpu.calls
-    fake_gpu.dry = True         # every call here is for timing
-    fake_gpu.scale = 1e-5       # times small enough for TFLOP/s that print as more than 0 at this shape
-
-    @contextlib.contextmanager
-    def capture(graph):
-        yield
-        graph.who = fake_gpu.calls[-1]
-    stream = lambda *a, **k: types.SimpleNamespace(wait_stream=lambda s: None)
-    monkeypatch.setattr(torch.cuda, "Stream", stream)
-    monkeypatch.setattr(torch.cuda, "current_stream", stream)
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
-    monkeypatch.setattr(torch.cuda, "graph", capture)
-    B.graphed(["x".join(map(str, SHAPE))], causal)
-    out = capsys.readouterr().out.splitlines()
-    flops = 3.5 * CAUSAL_FLOPS * (1 if causal else 2)
-    for m in ("fp8_matched", "fp8_stale", "cudnn", "flash"):
-        line = next(line for line in out if line.split()[:1] == [m]).split()
-        assert line[5] == f"{tflops(flops, FWDBWD[m] * 1e-5):.0f}", line
-        assert line[8] == f"{tflops(flops, GRAPH[m] * 1e-5):.0f}", line
-        assert float(line[5]) > 10 and float(line[8]) > 10, line
-
-
-def test_graphed_goes_on_past_a_shape_the_fp8_kernel_refuses(fake_gpu, monkeypatch, capsys):
-    """--graphs at a head dim the kernel does not take: attention() raises ValueError, which stopped the
-    run with a traceback before cuDNN's and flash's rows (only RuntimeError was caught)."""
+def fake_graphs(fake_gpu, monkeypatch):
+    """CUDA graphs and streams on the fake GPU: a captured graph replays the last method called in it,
+    on the fake clock; the times are small enough for TFLOP/s that print as more than 0."""
     FakeGraph.calls = fake_gpu.calls
     fake_gpu.scale = 1e-5
 
@@ -349,6 +321,28 @@ def test_graphed_goes_on_past_a_shape_the_fp8_kernel_refuses(fake_gpu, monkeypat
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "graph", capture)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_graphed_tflops(fake_gpu, monkeypatch, capsys, causal):
+    """--graphs: forward+backward TFLOP/s (3.5x the forward count, half of it causal) of the eager and the
+    replayed time."""
+    fake_graphs(fake_gpu, monkeypatch)
+    fake_gpu.dry = True         # every call here is for timing
+    B.graphed(["x".join(map(str, SHAPE))], causal)
+    out = capsys.readouterr().out.splitlines()
+    flops = 3.5 * CAUSAL_FLOPS * (1 if causal else 2)
+    for m in ("fp8_matched", "fp8_stale", "cudnn", "flash"):
+        line = next(line for line in out if line.split()[:1] == [m]).split()
+        assert line[5] == f"{tflops(flops, FWDBWD[m] * 1e-5):.0f}", line
+        assert line[8] == f"{tflops(flops, GRAPH[m] * 1e-5):.0f}", line
+        assert float(line[5]) > 10 and float(line[8]) > 10, line
+
+
+def test_graphed_goes_on_past_a_shape_the_fp8_kernel_refuses(fake_gpu, monkeypatch, capsys):
+    """--graphs at a head dim the kernel does not take: attention() raises ValueError, which stopped the
+    run with a traceback before cuDNN's and flash's rows (only RuntimeError was caught)."""
+    fake_graphs(fake_gpu, monkeypatch)     # not dry: the real attention() is what refuses the head dim
     B.graphed(["1x1x64x96"], True)
     out, err = capsys.readouterr()
     assert "fp8_matched 1x1x64x96:" in err and "fp8_stale 1x1x64x96:" in err, err
