@@ -43,6 +43,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile as torch_profile
 
 import attention_fp8 as A
+from data.common import atomic_write
 
 DEFAULT_SHAPES = ["8x16x1024x64", "4x16x2048x128", "4x16x4096x64", "2x16x8192x128", "1x16x16384x128",
                   "4x16x4096x128"]
@@ -251,14 +252,7 @@ def write_json(path, rows, args):
     stopped while writing leaves the earlier file whole. NaN (no such figure, e.g. cuDNN's pre-pass
     share) is written as null: strict JSON."""
     text = json.dumps({"settings": run_settings(args), "rows": nan_to_none(rows)}, indent=1, allow_nan=False)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(path, lambda f: f.write(text), mode="w")
 
 
 def nan_to_none(x):
