@@ -135,6 +135,7 @@ import numbers
 import warnings
 from typing import Optional
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -1154,7 +1155,9 @@ def _check_inputs(q, k, v, delta):
 
 def _causal_and_scale(q, causal, sm_scale):
     """causal as a bool and sm_scale as a float (default 1 / sqrt(D)), checked."""
-    if not isinstance(causal, (bool, int)):     # bool("False") is True
+    # numpy's bool (a mask's element) is neither a bool nor an int; bool("False") is True, hence no
+    # bool() of anything else
+    if not isinstance(causal, (bool, int, np.bool_)):
         raise TypeError(f"attention: causal must be True or False, got {causal!r}")
     if sm_scale is None:
         return bool(causal), 1.0 / math.sqrt(q.shape[-1])

@@ -117,7 +117,11 @@ def usage(cfg, hints):
     """--help: each field, its type, its value so far (defaults, then the arguments before --help) and the
     comment written beside it in the dataclass, so the dataclass stays the one place settings are described."""
     comments = {}
-    for line in inspect.getsource(type(cfg)).splitlines():
+    try:
+        source = inspect.getsource(type(cfg))
+    except (OSError, TypeError):    # no source beside the code (frozen, .pyc only): the settings without comments
+        source = ""
+    for line in source.splitlines():
         m = re.match(r"\s*(\w+)\s*:[^#]*#\s*(.*)", line)
         if m:
             comments[m[1]] = m[2]

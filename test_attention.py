@@ -17,6 +17,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -628,6 +629,14 @@ def test_bad_inputs_raise_clear_errors(monkeypatch):
         expect(ValueError, "one device", q, q.cpu(), q.cpu())
     monkeypatch.setattr(A, "INTERPRETED", False)    # kernels built for the GPU: CPU tensors are refused
     expect(ValueError, "TRITON_INTERPRET=1", q.cpu(), q.cpu(), q.cpu())
+
+
+def test_numpy_bool_causal_is_taken_as_its_value():
+    """causal read from a numpy array or config (np.bool_, neither bool nor int) means what it says."""
+    q, k, v = (torch.randn(1, 1, 16, 64, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+    for flag in (False, True):
+        assert torch.equal(attention(q, k, v, causal=np.bool_(flag)), attention(q, k, v, causal=flag))
+    assert not torch.equal(attention(q, k, v, causal=False), attention(q, k, v, causal=True))
 
 
 def test_quantize_roundtrip_and_saturation():

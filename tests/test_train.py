@@ -282,6 +282,20 @@ def test_help_lists_every_setting_with_its_value_so_far(flag, capsys):
     assert re.search(r"^  --attention=auto +auto\|fp8\|fp8_stale\|sdpa +auto: fp8 where", out, re.M), out
 
 
+def test_help_without_source_still_lists_the_settings(monkeypatch, capsys):
+    """Where Python has the code but not its source (a .pyc-only install, a frozen app), --help lists the
+    settings and their values without the comments, rather than stopping in inspect's OSError."""
+    def no_source(obj):
+        raise OSError("could not get source code")
+    monkeypatch.setattr(configurator.inspect, "getsource", no_source)
+    with pytest.raises(SystemExit) as e:
+        train.load_config(["--n_layer=3", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^  --(\w+)=", out, re.M) == [f.name for f in dataclasses.fields(train.TrainConfig)]
+    assert re.search(r"^  --n_layer=3 +int$", out, re.M), out
+
+
 def test_short_help_shows_what_would_run(capsys):
     """-h and --help list the same values: without a GPU both show config/cpu_tiny.py's (the preset a
     plain run takes); -h once counted as a preset argument, and showed TrainConfig's defaults instead."""
