@@ -98,6 +98,9 @@ BUGS = {
                                    "    if not (math.isfinite(scale) and scale >= 0):",
                                    "math.isfinite on sm_scale: q.size(-1) ** -0.5 under torch.compile(dynamic=True, "
                                    "fullgraph=True) stops the compilation"),
+    "causal_numpy_bool_refused": ("    if not isinstance(causal, (bool, int, np.bool_)):",
+                                  "    if not isinstance(causal, (bool, int)):",
+                                  "causal=np.bool_(False) (read from an array or a config) refused with a TypeError"),
 }
 
 

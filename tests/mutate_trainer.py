@@ -211,6 +211,10 @@ BUGS = {
         'paths = list(os.path.join(data_dir, f) for f in names',
         'shards in listdir order, not sorted'),
     # configurator.py
+    'help_needs_source': ('configurator.py',
+        '    try:\n        source = inspect.getsource(type(cfg))\n    except (OSError, TypeError):',
+        '    source = inspect.getsource(type(cfg))\n    if False:',
+        '--help stops in an OSError where the code has no source beside it (.pyc only, frozen)'),
     'unknown_key_ignored': ('configurator.py',
         '    if key not in hints:\n        close =',
         '    if key not in hints:\n        return\n        close =',
