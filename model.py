@@ -370,6 +370,9 @@ class GPT(nn.Module):
             logits = logits[:, -1, :].float()
             if vocab_size is not None:     # the padding ids are never drawn, nor do they set the row's max
                 logits = logits[:, :vocab_size]
+            if top_k is not None:   # the k most likely, chosen before a large temperature rounds them into ties
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                dropped = logits < kth
             if temperature > 0:
                 # less the row's max first: then no temperature, however small, overflows to inf (NaN after softmax)
                 logits = (logits - logits.max(-1, keepdim=True).values) / temperature
@@ -377,8 +380,7 @@ class GPT(nn.Module):
                 idx_next = logits.argmax(-1, keepdim=True)
             else:
                 if top_k is not None:
-                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                    logits[logits < v[:, [-1]]] = -float("Inf")
+                    logits[dropped] = -float("Inf")
                 idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx

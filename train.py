@@ -323,6 +323,9 @@ def prepare_log(log_path, cfg, ckpt_path, ckpt_run_id, say):
     """One log per run: a resumed run continues its log, a new one keeps an earlier run's under another
     name. A run's id is in its checkpoint and in its log's start rows, so a resume finds its own log:
     a new run stopped before its first save leaves its log beside an earlier run's checkpoint."""
+    for tmp in killed_saves(ckpt_path):     # not removed here: another run may be saving into this out_dir
+        say(f"out_dir: {tmp} ({os.path.getsize(tmp) / 2**20:,.0f} MiB) is what a killed save left, incomplete: "
+            "delete it")
     if cfg.init_from == "scratch" and os.path.exists(log_path):
         say(f"out_dir: an earlier run's log moved to {set_aside(log_path)}")
     if cfg.init_from == "scratch" and os.path.exists(ckpt_path):
@@ -339,10 +342,27 @@ def prepare_log(log_path, cfg, ckpt_path, ckpt_run_id, say):
 
 
 RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "rng")
+DATA_IDENTITY = ("tokenizer", "source", "train_tokens", "val_tokens")  # meta.json keys: other ones, other data
+
+
+def _numpy_reconstruct(name):
+    """numpy's array rebuilding function under `name`, the module path another numpy pickles it by: numpy
+    1.x writes numpy.core.multiarray._reconstruct, numpy 2.x numpy._core.multiarray._reconstruct, so a
+    checkpoint moves between machines with either. torch's allowlist matches module and qualname."""
+    reconstruct = np.zeros(1).__reduce__()[0]
+
+    def rebuild(*args):
+        return reconstruct(*args)
+    rebuild.__module__, rebuild.__qualname__ = name.rsplit(".", 1)
+    return rebuild
+
+
 # torch.load(weights_only=True) rebuilds tensors and plain containers only, so a checkpoint from elsewhere
 # cannot run code when loaded. Ours also hold numpy's RNG state, one uint32 array: numpy's own array
-# rebuilding is allowed for it, and nothing else.
+# rebuilding is allowed for it (under either major version's name), and nothing else.
 NUMPY_ARRAY_GLOBALS = [np.zeros(1).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+NUMPY_ARRAY_GLOBALS += [_numpy_reconstruct(f"{m}.multiarray._reconstruct") for m in ("numpy.core", "numpy._core")
+                        if f"{m}.multiarray" != NUMPY_ARRAY_GLOBALS[0].__module__]
 
 
 def _load_error(e):
@@ -358,11 +378,18 @@ def _load_error(e):
     return lines[0] if lines else ""
 
 
+def killed_saves(path):
+    """The temporary files of saves to path that never finished (atomic_write's; a process killed by the
+    OOM killer or kill -9 cannot remove its own), each as large as the part written."""
+    return sorted(glob.glob(glob.escape(path) + ".tmp[0-9]*"))
+
+
 def load_checkpoint(path, keys=RESUME_KEYS):
     """A checkpoint save_checkpoint wrote, with the keys its reader needs, or an error that names the
     file and what is wrong with it (sample.py reads them too)."""
     if not os.path.exists(path):
-        raise SystemExit(f"no checkpoint at {path}")
+        raise SystemExit(f"no checkpoint at {path}" + "".join(f"; {p} is what a killed save left, incomplete"
+                                                              for p in killed_saves(path)))
     try:
         with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
@@ -458,6 +485,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     ckpt = None
     if cfg.init_from == "resume":  # first: the checkpoint's architecture (head dim) decides the attention path
         ckpt = load_checkpoint(ckpt_path)
+        args = ckpt["model_args"]
+        missing = [k for k in ARCH_KEYS + ("vocab_size", "block_size") if not isinstance(args, dict) or k not in args]
+        if missing:
+            raise SystemExit(f"{ckpt_path}: its model_args has no {', '.join(map(repr, missing))}: it is not a "
+                             "checkpoint this train.py wrote")
     ckpt_run_id = ckpt.get("run_id") if ckpt else None  # (none in checkpoints from before run ids)
     arch = ckpt["model_args"] if ckpt else vars(cfg)
     head_dim = arch["n_embd"] // arch["n_head"]
@@ -492,6 +524,17 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                    if k not in ARCH_KEYS + ("init_from",) and k in before and before[k] != v]
         if changed:
             say(f"resume: settings that differ from the checkpoint's run: {', '.join(changed)}")
+        # a changed schedule moves the learning rate at once; with lr_decay_iters=0 a raised max_iters alone
+        # does, taking a run that ended at min_lr back up the cosine
+        schedule = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "max_iters")
+        if all(k in before for k in schedule):
+            lr_now = get_lr(ckpt["iter_num"], cfg)
+            lr_was = get_lr(ckpt["iter_num"], replace(cfg, **{k: before[k] for k in schedule}))
+            if not math.isclose(lr_now, lr_was, rel_tol=1e-6):
+                keep = (f"; the cosine follows max_iters where lr_decay_iters=0: --lr_decay_iters={before['max_iters']} "
+                        "keeps the checkpoint's run's" if before["lr_decay_iters"] == cfg.lr_decay_iters == 0 else "")
+                say(f"resume: learning rate {lr_now:.3g} at iter {ckpt['iter_num']} on this command's schedule, "
+                    f"where the checkpoint's run had {lr_was:.3g}{keep}")
         model_args.update({k: ckpt["model_args"][k] for k in ARCH_KEYS})
         cfg = replace(cfg, **{k: ckpt["model_args"][k] for k in ARCH_KEYS})  # the log records what runs
         if ckpt["model_args"]["vocab_size"] != vocab_size:
@@ -506,6 +549,12 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         # the run starts a new best and evaluates at once, a baseline for the new setting
         remeasured = [k for k in ("dataset", "block_size", "eval_tokens")
                       if k in before and before[k] != getattr(cfg, k)]
+        # the same dataset name prepared again (at another size, from other files: README, Datasets)
+        remade = [k for k in DATA_IDENTITY if k in ckpt.get("meta", {}) and ckpt["meta"][k] != meta.get(k)]
+        if remade and "dataset" not in remeasured:
+            say(f"resume: {data_dir} was prepared again since the checkpoint: "
+                + ", ".join(f"{k} {meta.get(k)!r} (was {ckpt['meta'][k]!r})" for k in remade))
+            remeasured.append("the dataset's contents")
         if remeasured:
             best_val_loss = float("inf")
             say(f"resume: {', '.join(remeasured)} changed, so val loss measures something else now: evaluated "
@@ -568,7 +617,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     log(event="start", run=run_id, attention=attention, device=device_name, world=world, torch=torch.__version__,
         params=raw_model.get_num_params(), config=asdict(cfg))
     if iter_num >= cfg.max_iters:
-        say(f"checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to do (raise max_iters)")
+        say(f"checkpoint is at iter {iter_num}, max_iters={cfg.max_iters}: nothing to do (raise max_iters"
+            + (f"; with lr_decay_iters=0 the cosine then stretches to the new max_iters and the learning rate rises "
+               f"again: add --lr_decay_iters={iter_num} to go on at min_lr)" if cfg.lr_decay_iters == 0 else ")"))
         return
 
     start_iter, t_train, n_timed = iter_num, 0.0, 0

@@ -170,6 +170,20 @@ def test_generate_temperature_zero_is_greedy_and_bad_settings_are_refused():
             m.generate(start, 1, **kw)
 
 
+def test_top_k_keeps_the_model_s_k_most_likely_at_any_temperature():
+    """top_k picks the model's k most likely ids before the temperature divides: an infinite (or huge)
+    temperature made every logit 0, a tie, and top_k then kept all ids (uniform over the vocab)."""
+    m = tiny().eval()
+    start = torch.randint(0, 64, (32, 5))
+    greedy = m.generate(start, 1, temperature=0)
+    for temperature in (float("inf"), 1e30):
+        assert torch.equal(m.generate(start, 1, temperature=temperature, top_k=1), greedy), temperature
+    top2 = torch.topk(m(start)[0][:, -1].float(), 2).indices
+    for _ in range(4):
+        drawn = m.generate(start, 1, temperature=float("inf"), top_k=2)[:, -1:]
+        assert (drawn == top2).any(-1).all(), "an id outside the model's two most likely was drawn"
+
+
 def test_rope_needs_an_even_head_dim():
     with pytest.raises(ValueError, match="head dim n_embd / n_head = 15 must be even"):
         tiny(n_embd=60, n_head=4)

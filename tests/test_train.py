@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -381,6 +382,77 @@ def test_resume_names_the_settings_that_differ(data_dir, tmp_path, capsys):
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("resume: settings that differ"))
     assert line == ("resume: settings that differ from the checkpoint's run: eval_interval=1000 (was 2), "
                     "dropout=0.0 (was 0.1), max_iters=3 (was 2)")
+
+
+def test_resume_says_when_its_schedule_moves_the_learning_rate(data_dir, tmp_path, capsys):
+    """A run that ended at min_lr, resumed with max_iters raised: with lr_decay_iters=0 the cosine follows
+    max_iters, so the learning rate went back up the curve (here from 3e-4 to about 1.7e-3) with no word
+    but the changed max_iters. The finished run's 'nothing to do' and the resume say how to stay at min_lr."""
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=4", "--eval_interval=4"))
+    capsys.readouterr()
+    train.main(args(data_dir, out, "--max_iters=4", "--eval_interval=4", "--init_from=resume"))
+    assert ("nothing to do (raise max_iters; with lr_decay_iters=0 the cosine then stretches to the new max_iters and "
+            "the learning rate rises again: add --lr_decay_iters=4 to go on at min_lr)") in capsys.readouterr().out
+    train.main(args(data_dir, out, "--max_iters=8", "--eval_interval=8", "--init_from=resume"))
+    lr_now = train.get_lr(4, train.TrainConfig(max_iters=8, learning_rate=3e-3, min_lr=3e-4, warmup_iters=2))
+    assert f"resume: learning rate {lr_now:.3g} at iter 4 on this command's schedule, where the checkpoint's run " \
+           f"had 0.0003; the cosine follows max_iters where lr_decay_iters=0: --lr_decay_iters=4 keeps the " \
+           f"checkpoint's run's" in capsys.readouterr().out
+    assert lr_now > 1e-3
+    out2 = tmp_path / "kept"
+    train.main(args(data_dir, out2, "--max_iters=4", "--eval_interval=4"))
+    capsys.readouterr()
+    train.main(args(data_dir, out2, "--max_iters=8", "--eval_interval=8", "--lr_decay_iters=4", "--init_from=resume"))
+    assert "resume: learning rate" not in capsys.readouterr().out
+    assert {r["iter"]: r["lr"] for r in log_rows(out2) if "lr" in r}[4] == pytest.approx(3e-4)
+
+
+def test_resume_on_a_dataset_prepared_again_evaluates_anew(data_dir, tmp_path, capsys):
+    """The same dataset name prepared again (README, Datasets: at full size on the GPU machine after a CPU
+    run): its val split is other text, so the checkpoint's best val loss is another measure's. The resume
+    said nothing and carried that best over."""
+    from data.text.prepare import prepare
+    data = tmp_path / os.path.basename(data_dir)     # the shards' names are the folder's
+    shutil.copytree(data_dir, data)
+    out = tmp_path / "run"
+    train.main(args(str(data), out, "--max_iters=2", "--eval_interval=2"))
+    text = tmp_path / "other.txt"
+    text.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(4000)))
+    prepare(str(text), str(data), tokenizer="bytes")
+    capsys.readouterr()
+    train.main(args(str(data), out, "--max_iters=3", "--eval_interval=1000", "--init_from=resume"))
+    said = capsys.readouterr().out
+    assert f"resume: {data} was prepared again since the checkpoint: source" in said, said
+    assert "resume: the dataset's contents changed, so val loss measures something else now: evaluated at iter 2" \
+        in said, said
+    assert 2 in metrics(out)[1], "no evaluation at the resume's first step"
+
+
+def test_checkpoint_whose_model_args_lack_a_key_is_named(data_dir, tmp_path):
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2"))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    del ckpt["model_args"]["qk_norm"]
+    torch.save(ckpt, out / "ckpt.pt")
+    with pytest.raises(SystemExit, match=re.escape(f"{out / 'ckpt.pt'}: its model_args has no 'qk_norm': it is not a "
+                                                   "checkpoint this train.py wrote")):
+        train.main(args(data_dir, out, "--max_iters=4", "--init_from=resume"))
+
+
+def test_what_a_killed_save_left_is_pointed_out(data_dir, tmp_path, capsys):
+    """A save killed midway (OOM killer, kill -9) leaves its temporary file, which its own process could not
+    remove: as large as the part written (about 1 GB at the default model), and nothing said so."""
+    out = tmp_path / "run"
+    out.mkdir()
+    left = out / "ckpt.pt.tmp4242"
+    left.write_bytes(b"\0" * 2**20)
+    with pytest.raises(SystemExit, match=re.escape(f"no checkpoint at {out / 'ckpt.pt'}; {left} is what a killed "
+                                                   "save left, incomplete")):
+        train.main(args(data_dir, out, "--max_iters=2", "--init_from=resume"))
+    capsys.readouterr()
+    train.main(args(data_dir, out, "--max_iters=1", "--save_checkpoint=False"))
+    assert f"out_dir: {left} (1 MiB) is what a killed save left, incomplete: delete it" in capsys.readouterr().out
 
 
 def test_tokens_past_the_vocab_are_named_with_their_shard(tmp_path):
@@ -1031,6 +1103,28 @@ def test_preset_may_import_and_define_helpers(tmp_path):
     with pytest.raises(configurator.ConfigError, match=re.escape(f"unknown config key 'width' ({preset})") +
                        ".*a preset's own helper values need names that start with _"):
         configurator.parse(train.TrainConfig(), [str(preset)])
+
+
+def test_checkpoint_loads_under_either_numpy_major_version(tmp_path):
+    """numpy 1.x pickles its array rebuilding as numpy.core.multiarray._reconstruct, numpy 2.x as
+    numpy._core.multiarray._reconstruct: a checkpoint's numpy RNG state written under either loads under the
+    other (the allowlist named only the installed numpy's, and refused the file as one that could run code)."""
+    state = np.random.RandomState(7).get_state()
+    path = tmp_path / "ckpt.pt"
+    torch.save({k: {"numpy": state} if k == "rng" else {} for k in train.RESUME_KEYS}, path)
+    with zipfile.ZipFile(path) as z:
+        members = {i: z.read(i) for i in z.infolist()}
+    (pkl,) = [i for i in members if i.filename.endswith("/data.pkl")]
+    mine = train.NUMPY_ARRAY_GLOBALS[0].__module__.encode()
+    assert mine in members[pkl], "the pickle names numpy's rebuilding function otherwise than expected"
+    for other in (b"numpy.core.multiarray", b"numpy._core.multiarray"):
+        members[pkl] = members[pkl].replace(mine, other)      # protocol 2: GLOBAL names are text lines
+        mine = other
+        with zipfile.ZipFile(path, "w") as z:
+            for info, data in members.items():
+                z.writestr(info, data)
+        loaded = train.load_checkpoint(str(path))["rng"]["numpy"]
+        assert loaded[0] == state[0] and np.array_equal(loaded[1], state[1]) and loaded[2:] == state[2:], other
 
 
 def test_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
