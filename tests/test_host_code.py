@@ -73,8 +73,17 @@ def test_check_inputs_refuses_what_the_kernels_cannot_take():
     refused(ValueError, "q's 3 heads must be a multiple of k/v's 2 heads", q3, q, q)  # named the right way round
     refused(ValueError, "empty input", q[:0], q[:0], q[:0])                       # no batch
     refused(ValueError, "empty input", q[:, :0], q[:, :1], q[:, :1])              # no query heads (0 % 1 == 0)
+    refused(ValueError, "empty input", q[:, :, :0], q[:, :, :0], q[:, :, :0])     # no tokens: not a ZeroDivisionError
     refused(ValueError, "one device", q, q.to("meta"), q.to("meta"))               # k, v elsewhere than q
     refused(ValueError, "one device", q, q, q.to("meta"))                          # v alone elsewhere
+
+
+def test_sm_scale_may_not_be_a_bool():
+    """attention(q, k, v, True, True), causal given twice, would run with sm_scale = 1.0, a softmax 8-11x too
+    sharp: a bool is an int to Python, and numbers.Real takes it."""
+    q = torch.randn(1, 1, 16, 64, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(TypeError, match="sm_scale must be a Python number or None, got bool True"):
+        A.attention(q, q, q, True, True)
 
 
 def test_fp8_supported_on_cpu_only_under_the_interpreter(monkeypatch):
@@ -145,6 +154,40 @@ def test_gradients_whatever_the_layouts(arm):
         A.attention(qq, kk, vv, causal=True, delta=arm).backward(do)     # and through autograd
         for name, x in (("dq", qq.grad), ("dk", kk.grad), ("dv", vv.grad)):
             assert torch.equal(x, want[name]), f"{case}: {name} through autograd differs from that of contiguous inputs"
+
+
+@pytest.mark.parametrize("arm", ["matched", "stale"])
+def test_gradients_whatever_the_layout_of_do(arm):
+    """dO comes from autograd laid out as the graph above made it: with D as its slowest dimension, or
+    expanded from one element (stride 0 everywhere: the gradient of o.sum()). The quantize launches take
+    any strides; the stale delta alone reads dO itself, by dO's strides, which must reach it."""
+    q, k, v, do = make_inputs(1, 2, 2, 40, D, seed=89)
+    o, lse = A._forward(q, k, v, True, SCALE)
+    for case, d in {"D slowest": d_slowest(do), "expanded": do[:, :, :1, :1].expand_as(do)}.items():
+        want = A._backward(d.contiguous(), q, k, v, o, lse, True, SCALE, arm)
+        got = A._backward(d, q, k, v, o, lse, True, SCALE, arm)
+        for name, x, y in zip(("dq", "dk", "dv"), got, want):
+            assert torch.equal(x, y), f"dO {case}: {name} differs from that of a contiguous dO"
+
+
+def test_no_kernel_reads_memory_it_did_not_write(monkeypatch):
+    """Every buffer torch hands the kernels uninitialized (outputs, FP8 copies, scales, LSE, delta), filled
+    with NaN instead: the outputs must be those of a normal run, bit for bit, at an N that leaves padding
+    rows in every tile. A buffer whose padding rows no kernel writes (delta's, say) and another kernel
+    reads gives whatever the allocator left there, NaN only by luck."""
+    q, k, v, do = make_inputs(1, 2, 1, 100, D, seed=91)
+    want = {arm: run_kernel(q, k, v, do, True, delta=arm) for arm in ("matched", "stale")}
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def nan_filled(x):
+        return x.fill_(float("nan")) if x.is_floating_point() else x
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: nan_filled(real_empty(*a, **kw)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: nan_filled(real_empty_like(*a, **kw)))
+    assert torch.empty(2).isnan().all() and torch.empty(2, dtype=A.FP8).float().isnan().all()
+    for arm in ("matched", "stale"):
+        got = run_kernel(q, k, v, do, True, delta=arm)
+        for name in ("o", "dq", "dk", "dv"):
+            assert torch.equal(got[name], want[arm][name]), f"{arm}: {name} read memory no kernel wrote"
 
 
 def test_debug_sums_are_their_definitions():
