@@ -101,6 +101,13 @@ BUGS = {
     "causal_numpy_bool_refused": ("    if not isinstance(causal, (bool, int, np.bool_)):",
                                   "    if not isinstance(causal, (bool, int)):",
                                   "causal=np.bool_(False) (read from an array or a config) refused with a TypeError"),
+    "quantize_zero_tile_tiny_scale": ("tl.zeros([TILE], tl.float32) + tl.where(live, amax / 448.0, 0.0))",
+                                      "tl.zeros([TILE], tl.float32) + tl.maximum(amax, 1e-30) / 448.0)",
+                                      "an all-zero tile gets a tiny scale, not 0 (the Gluon kernels divide by it)"),
+    "quantize_transpose_of_x8": ("        x8t = (tl.trans(x_in).to(tl.float32) * c).to(tl.float8e4nv)",
+                                 "        x8t = tl.trans(x8)",
+                                 "the transposed copy from an 8-bit transpose, which Triton 3.8 miscompiles on the "
+                                 "H200 (same bytes on the interpreter)"),
 }
 
 

@@ -702,6 +702,23 @@ BUGS = {
         '                    logits[dropped] = -float("Inf")',
         '                    logits[logits < torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]] = -float("Inf")',
         'top_k chosen after the temperature divides: at a huge temperature every logit ties and top_k keeps all'),
+    # session 51: a mutation review of attention_fp8.py; these four are caught by tests/test_host_code.py
+    'stale_delta_do_d_stride': ('attention_fp8.py',
+        'offs_m[:, None] * stride_don + offs_d[None, :] * stride_dod,',
+        'offs_m[:, None] * stride_don + offs_d[None, :],',
+        "the stale delta reads dO as if D were its unit stride (o.sum()'s expanded dO: out of bounds)"),
+    'delta_padding_rows_unwritten': ('attention_fp8.py',
+        '    tl.store(DELTA + pid_bh * N_pad + offs_m, delta)     # for the dK/dV kernel',
+        '    tl.store(DELTA + pid_bh * N_pad + offs_m, delta, mask=row_ok)',
+        "delta's padding rows left as the allocator had them, which the dK/dV kernel reads"),
+    'empty_seq_len_accepted': ('attention_fp8.py',
+        '    if N == 0 or B == 0 or H == 0 or Hk == 0:',
+        '    if B == 0 or H == 0 or Hk == 0:',
+        'N = 0 reaches the launchers (a ZeroDivisionError, not the empty-input error)'),
+    'sm_scale_bool_accepted': ('attention_fp8.py',
+        '    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):',
+        '    if not isinstance(sm_scale, numbers.Real):',
+        'attention(q, k, v, True, True) runs with sm_scale = 1.0'),
 }
 
 
