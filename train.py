@@ -649,7 +649,10 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                 raise diverged("val loss", f"{metrics['val_loss']}, not saved")
             best_val_loss = min(best_val_loss, metrics["val_loss"])
             note = ""
-            if cfg.save_checkpoint and iter_num > 0:  # at step 0 there is nothing worth keeping yet
+            # nothing worth keeping at step 0, nor right after a resume (the saved weights; a save would only
+            # put this command's settings and a best of the new measure over the checkpoint's, for a
+            # resume that may yet be stopped as a mistake)
+            if cfg.save_checkpoint and iter_num > 0 and not just_resumed:
                 rngs = [rng_state(device)] if not ddp else [None] * world
                 if ddp:  # every rank's RNG state, so a resumed run draws the same dropout masks
                     dist.all_gather_object(rngs, rng_state(device))

@@ -719,6 +719,10 @@ BUGS = {
         '    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):',
         '    if not isinstance(sm_scale, numbers.Real):',
         'attention(q, k, v, True, True) runs with sm_scale = 1.0'),
+    'resume_eval_saves': ('train.py',
+        '            if cfg.save_checkpoint and iter_num > 0 and not just_resumed:',
+        '            if cfg.save_checkpoint and iter_num > 0:',
+        "a resume that evaluates before its first step rewrites the checkpoint there (settings, best val loss)"),
 }
 
 

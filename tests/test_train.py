@@ -1017,6 +1017,24 @@ def test_context_extension_resume(data_dir, tmp_path, capsys):
         train.main(args(data_dir, learned, "--max_iters=4", "--init_from=resume", "--block_size=64"))
 
 
+def test_resume_that_evaluates_at_once_saves_nothing_before_its_first_step(data_dir, tmp_path, monkeypatch):
+    """A resume whose block size (or dataset) differs evaluates before training, as the new measure's
+    baseline. It saved there too: the same weights under this command's settings, and the checkpoint's best
+    val loss replaced, so a resume started by mistake (a preset left out) and stopped at once had already
+    rewritten the checkpoint."""
+    out = tmp_path / "run"
+    train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2"))
+    before = (out / "ckpt.pt").read_bytes()
+
+    def stopped(*a, **kw):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train.TrainData, "batch", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(args(data_dir, out, "--max_iters=4", "--eval_interval=2", "--init_from=resume", "--block_size=64"))
+    assert [r["iter"] for r in log_rows(out) if "val_loss" in r] == [0, 2, 2], "no evaluation at the resume"
+    assert (out / "ckpt.pt").read_bytes() == before, "the resume rewrote the checkpoint before its first step"
+
+
 def test_sample_from_checkpoint(data_dir, tmp_path, capsys):
     import sample
     out = str(tmp_path / "s")
