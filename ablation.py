@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import sys
 
+from data.common import atomic_write
+
 ROOT = os.path.dirname(os.path.abspath(__file__))
 ARMS = {  # name: (attention path, seed)
     "sdpa": ("sdpa", 1337),
@@ -57,18 +59,42 @@ def run(overrides, arms):
                      f"{', '.join(arms[arms.index(arm) + 1:]) or 'none'}")
 
 
-def load(arm):
+def _rows(arm):
+    """The rows of arm's metrics.jsonl (None where there is none), or an exit naming a line that is not one."""
     path = os.path.join(OUT, arm, "metrics.jsonl")
     if not os.path.exists(path):
         return None
+    rows = []
     with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    if not any("loss" in r for r in rows):
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    sys.exit(f"{path}, line {n}: not a JSON row ({e}); a damaged log, or one still being written")
+    return rows
+
+
+def load(arm):
+    rows = _rows(arm)
+    if not rows or not any("loss" in r for r in rows):
         return None     # started, but stopped before its first logged step
     # a resumed run appends: keep the last row written for each (iter, kind)
     train = {r["iter"]: r for r in rows if "loss" in r}
     evals = {r["iter"]: r for r in rows if "val_loss" in r}
     return [train[i] for i in sorted(train)], [evals[i] for i in sorted(evals)]
+
+
+def run_config(arm):
+    """The settings of arm's run as its last start row records them (a resume writes one more), or None."""
+    starts = [r["config"] for r in _rows(arm) or [] if r.get("event") == "start" and "config" in r]
+    return starts[-1] if starts else None
+
+
+def baseline(arm):
+    """The BF16 arm of arm's own seed (sdpa_seed2 for fp8_seed2): another seed's differs by its
+    initialization and data order, as much as the attention paths differ at these lengths."""
+    return "sdpa" + arm[arm.index("_seed"):] if "_seed" in arm else "sdpa"
 
 
 def smooth(xs, k):
@@ -80,13 +106,17 @@ def smooth(xs, k):
     return out
 
 
-def table(runs):
+def table(runs, configs=None):
     """Markdown: final train loss (the mean of the losses logged in the last 10% of steps: train.py logs
     one step's loss every log_interval steps, so 2 to 11 of them in runs of 150 to 1000 steps), final and
-    best val loss, tok/s."""
+    best val loss, tok/s. With configs ({arm: run_config(arm)}), an arm whose last evaluation is not at its
+    max_iters (stopped, killed, or diverged: train.py always evaluates at max_iters) says so by its name."""
     rows = ["| arm | train loss, logged in the last 10% of steps | final val loss | best val loss | tok/s (median, 2nd half) |",
             "|---|---|---|---|---|"]
     for arm, (train, evals) in runs.items():
+        end = (configs or {}).get(arm, {}).get("max_iters")
+        if end is not None and not (evals and evals[-1]["iter"] >= end):
+            arm = f"{arm} (stopped at iter {train[-1]['iter']} of {end})"
         last_iter = train[-1]["iter"]
         tail = [r["loss"] for r in train if r["iter"] >= 0.9 * last_iter]
         toks = [r["tok_per_s"] for r in train if "tok_per_s" in r and r["iter"] >= last_iter / 2]
@@ -105,15 +135,27 @@ def plot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     runs = {arm: r for arm in ARMS if (r := load(arm)) is not None}
-    if "sdpa" not in runs:
-        sys.exit(f"no BF16 baseline under {OUT}/sdpa: run `python ablation.py run` first")
+    if not any(arm.startswith("sdpa") for arm in runs):
+        sys.exit(f"no BF16 baseline under {OUT} (sdpa, or sdpa_seedN): run `python ablation.py run` first")
+    # arms trained with other settings (an earlier ablation's left in OUT) would be compared as if alike
+    configs = {arm: run_config(arm) or {} for arm in runs}
+    first = next(iter(runs))
+    differ = {arm: [k for k in sorted(set(c) | set(configs[first])) if k not in ARM_KEYS + ("init_from",)
+                    and c.get(k) != configs[first].get(k)] for arm, c in configs.items()}
+    if any(differ.values()):
+        sys.exit(f"arms trained with other settings than {first}'s: " + "; ".join(
+            f"{arm}: " + ", ".join(f"{k}={configs[arm].get(k)!r} ({first}: {configs[first].get(k)!r})" for k in keys)
+            for arm, keys in differ.items() if keys) + f". Move the odd ones out of {OUT}.")
     fig, ax = plt.subplots(1, 3, figsize=(17, 4.8))
-    base_train = {r["iter"]: r["loss"] for r in runs["sdpa"][0]}
-    base_val = {r["iter"]: r["val_loss"] for r in runs["sdpa"][1]}
     for n, (arm, (train, evals)) in enumerate(runs.items()):
         color = f"C{n}"
         ax[0].plot([r["iter"] for r in train], smooth([r["loss"] for r in train], 3), color=color, label=arm)
-        if arm != "sdpa":
+        base = baseline(arm)
+        if arm != base and base not in runs:
+            print(f"{arm}: no {base} (BF16 at its seed) under {OUT}, so not in the difference panel")
+        elif arm != base:
+            base_train = {r["iter"]: r["loss"] for r in runs[base][0]}
+            base_val = {r["iter"]: r["val_loss"] for r in runs[base][1]}
             common = [r for r in train if r["iter"] in base_train]
             ax[1].plot([r["iter"] for r in common],
                        smooth([r["loss"] - base_train[r["iter"]] for r in common], 5), color=color,
@@ -130,16 +172,16 @@ def plot():
     lowest = min(r["loss"] for train, _ in runs.values() for r in train)   # longer runs go below 2
     ax[0].set(title="train loss", xlabel="step", ylabel="loss", ylim=(min(2, lowest - 0.1), 6))
     ax[1].axhline(0, color="k", lw=0.5)
-    ax[1].set(title="loss minus BF16 SDPA (seed 1337)", xlabel="step", ylabel="loss difference")
+    ax[1].set(title="loss minus BF16 SDPA of the same seed", xlabel="step", ylabel="loss difference")
     ax[2].set(title="delta monitor, worst layer, on each arm's own model", xlabel="step")
     ax[0].legend(fontsize=8)
     ax[1].legend(fontsize=7)
     ax[2].legend(fontsize=6, ncol=2, loc="upper right")
     fig.tight_layout()
     path = os.path.join(OUT, "ablation.png")
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     print(f"wrote {path}\n")
-    print(table(runs))
+    print(table(runs, configs))
 
 
 if __name__ == "__main__":

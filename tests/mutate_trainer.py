@@ -723,6 +723,19 @@ BUGS = {
         '            if cfg.save_checkpoint and iter_num > 0 and not just_resumed:',
         '            if cfg.save_checkpoint and iter_num > 0:',
         "a resume that evaluates before its first step rewrites the checkpoint there (settings, best val loss)"),
+    # session 51: a review of the research tools
+    'ablation_seed_against_1337': ('ablation.py',
+        '    return "sdpa" + arm[arm.index("_seed"):] if "_seed" in arm else "sdpa"',
+        '    return "sdpa"',
+        "fp8_seed2's loss difference taken against sdpa at seed 1337: the seeds' gap plotted as the arms'"),
+    'ablation_mixed_settings': ('ablation.py',
+        '    if any(differ.values()):',
+        '    if False:',
+        "an arm trained with other settings (an earlier ablation's) plotted and tabulated beside the new ones"),
+    'ablation_unfinished_unmarked': ('ablation.py',
+        '        if end is not None and not (evals and evals[-1]["iter"] >= end):',
+        '        if False:',
+        "an arm killed or diverged partway is tabulated as if finished"),
 }
 
 

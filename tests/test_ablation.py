@@ -84,7 +84,8 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
             return lambda *a, **k: None
     axes = [Ax(), Ax(), Ax()]
     saved = []
-    fig = types.SimpleNamespace(tight_layout=lambda: None, savefig=lambda path, dpi=None: saved.append(path))
+    fig = types.SimpleNamespace(tight_layout=lambda: None,
+                                savefig=lambda f, dpi=None, format=None: saved.append((f.name, format)))
     pyplot = types.ModuleType("matplotlib.pyplot")
     pyplot.subplots = lambda *a, **k: (fig, axes)
     mpl = types.ModuleType("matplotlib")
@@ -98,9 +99,10 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
     arms = {"sdpa": (base, [6.0, 5.5, 5.1]),
             "fp8_stale": ([b - 0.02 * i for i, b in enumerate(base)], [5.9, 5.3, 4.8]),
             "fp8": ([b + 0.01 * i for i, b in enumerate(base)], [6.1, 5.7, 5.4]),
+            "sdpa_seed2": ([b + 0.05 for b in base], [6.3, 5.6, 5.3]),
             "fp8_seed2": ([b + 0.03 * i for i, b in enumerate(base)], [6.2, 5.8, 5.6])}   # not a default arm
     monitor = {"fp8_stale": (1e-2, 2e-2, 3e-3), "fp8": (1.1e-2, 2.5e-2, 2e-3), "sdpa": (1.2e-2, 3e-2, 1e-3),
-               "fp8_seed2": (1.3e-2, 2.6e-2, 4e-3)}
+               "sdpa_seed2": (1.4e-2, 3.1e-2, 1.1e-3), "fp8_seed2": (1.3e-2, 2.6e-2, 4e-3)}
     for arm, (loss, val) in arms.items():
         mismatch, stale, matched = monitor[arm]
         rows = [{"iter": i, "loss": x} for i, x in zip(iters, loss)]
@@ -108,7 +110,8 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
                   "key_grad_sum_matched": matched * (n + 1)} for n, (i, x) in enumerate(zip((0, 5, 9), val))]
         _write(tmp_path, arm, rows)
     ablation.plot()
-    assert saved == [str(tmp_path / "ablation.png")]
+    assert len(saved) == 1 and saved[0][0].startswith(str(tmp_path / "ablation.png.tmp")) and saved[0][1] == "png"
+    assert os.path.exists(tmp_path / "ablation.png"), "written through a temporary file, then renamed"
     loss_ax, diff_ax, mon_ax = (ax.series for ax in axes)
     assert set(loss_ax) == set(arms) and set(diff_ax) == {f"{a}: {s}" for a in ("fp8_stale", "fp8", "fp8_seed2")
                                                          for s in ("train (smoothed)", "val")}
@@ -118,10 +121,11 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
         assert mon_ax[f"{arm}: delta mismatch"] == ([0, 5, 9], pytest.approx([mismatch, 2 * mismatch, 3 * mismatch]))
         assert mon_ax[f"{arm}: key-grad sum, stale"] == ([0, 5, 9], pytest.approx([stale, 2 * stale, 3 * stale]))
         assert mon_ax[f"{arm}: key-grad sum, matched"] == ([0, 5, 9], pytest.approx([matched, 2 * matched, 3 * matched]))
-        if arm != "sdpa":
-            want = _trailing_mean([x - b for x, b in zip(loss, base)], 5)
+        if not arm.startswith("sdpa"):     # against the BF16 arm of its own seed (sdpa_seed2 for fp8_seed2)
+            b_loss, b_val = arms["sdpa_seed2" if arm.endswith("_seed2") else "sdpa"]
+            want = _trailing_mean([x - b for x, b in zip(loss, b_loss)], 5)
             assert diff_ax[f"{arm}: train (smoothed)"] == (iters, pytest.approx(want)), arm
-            assert diff_ax[f"{arm}: val"] == ([0, 5, 9], pytest.approx([x - b for x, b in zip(val, arms["sdpa"][1])]))
+            assert diff_ax[f"{arm}: val"] == ([0, 5, 9], pytest.approx([x - b for x, b in zip(val, b_val)])), arm
     out = capsys.readouterr().out
     assert "| fp8 |" in out and "| fp8_seed2 |" in out
 
@@ -206,3 +210,39 @@ def test_each_arm_trains_the_path_its_name_says():
         seeds.setdefault(name[len(path):], set()).add(seed)
     assert all(len(s) == 1 for s in seeds.values()), seeds
     assert len({s.pop() for s in seeds.values()}) == len(seeds), "two suffixes share a seed"
+
+
+def test_plot_refuses_arms_of_other_settings_and_marks_unfinished_ones(tmp_path, monkeypatch, capsys):
+    """An arm left in OUT by an earlier ablation (another width, learning rate, length) was tabulated and
+    plotted beside the new ones; an arm killed or diverged partway was listed as if finished."""
+    mpl = types.ModuleType("matplotlib")
+    mpl.use = lambda backend: None
+    mpl.pyplot = types.ModuleType("matplotlib.pyplot")
+    monkeypatch.setitem(sys.modules, "matplotlib", mpl)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", mpl.pyplot)
+    monkeypatch.setattr(ablation, "OUT", str(tmp_path))
+
+    def arm(name, last, **config):
+        cfg = {"n_embd": 64, "learning_rate": 1e-3, "max_iters": 10, "seed": 1, "attention": name, "out_dir": name,
+               "init_from": "scratch", **config}
+        rows = [{"event": "start", "config": cfg}] + [{"iter": i, "loss": 5.0 - i / 10} for i in range(last + 1)]
+        _write(tmp_path, name, rows + [{"iter": i, "val_loss": 5.0} for i in range(0, last + 1, 5)])
+    arm("sdpa", 10)
+    arm("fp8", 10, init_from="resume")
+    arm("fp8_stale", 10, n_embd=128, learning_rate=3e-3)
+    with pytest.raises(SystemExit, match=r"arms trained with other settings than sdpa's: fp8_stale: "
+                                         r"learning_rate=0.003 \(sdpa: 0.001\), n_embd=128 \(sdpa: 64\)"):
+        ablation.plot()
+    configs = {a: ablation.run_config(a) for a in ("sdpa", "fp8")}
+    configs["fp8"]["max_iters"] = 2000
+    lines = ablation.table({a: ablation.load(a) for a in ("sdpa", "fp8")}, configs).splitlines()
+    assert lines[2].startswith("| sdpa | ") and lines[3].startswith("| fp8 (stopped at iter 10 of 2000) | "), lines
+
+
+def test_a_damaged_log_line_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(ablation, "OUT", str(tmp_path))
+    _write(tmp_path, "sdpa", [{"iter": 0, "loss": 5.0}])
+    with open(tmp_path / "sdpa" / "metrics.jsonl", "a") as f:
+        f.write('{"iter": 150, "val_lo\n')
+    with pytest.raises(SystemExit, match=r"sdpa/metrics.jsonl, line 2: not a JSON row .*damaged log"):
+        ablation.load("sdpa")
