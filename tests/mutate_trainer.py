@@ -725,7 +725,7 @@ BUGS = {
         "a resume that evaluates before its first step rewrites the checkpoint there (settings, best val loss)"),
     # session 51: a review of the research tools
     'ablation_seed_against_1337': ('ablation.py',
-        '    return "sdpa" + arm[arm.index("_seed"):] if "_seed" in arm else "sdpa"',
+        '    return "sdpa" + arm[arm.index("_seed"):]',
         '    return "sdpa"',
         "fp8_seed2's loss difference taken against sdpa at seed 1337: the seeds' gap plotted as the arms'"),
     'ablation_mixed_settings': ('ablation.py',

@@ -113,7 +113,8 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
     assert len(saved) == 1 and saved[0][0].startswith(str(tmp_path / "ablation.png.tmp")) and saved[0][1] == "png"
     assert os.path.exists(tmp_path / "ablation.png"), "written through a temporary file, then renamed"
     loss_ax, diff_ax, mon_ax = (ax.series for ax in axes)
-    assert set(loss_ax) == set(arms) and set(diff_ax) == {f"{a}: {s}" for a in ("fp8_stale", "fp8", "fp8_seed2")
+    assert set(loss_ax) == set(arms) and set(diff_ax) == {f"{a}: {s}" for a in ("fp8_stale", "fp8", "sdpa_seed2",
+                                                                                 "fp8_seed2")
                                                          for s in ("train (smoothed)", "val")}
     for arm, (loss, val) in arms.items():
         assert loss_ax[arm] == (iters, pytest.approx(_trailing_mean(loss, 3))), arm
@@ -121,8 +122,8 @@ def test_plot_series(tmp_path, monkeypatch, capsys):
         assert mon_ax[f"{arm}: delta mismatch"] == ([0, 5, 9], pytest.approx([mismatch, 2 * mismatch, 3 * mismatch]))
         assert mon_ax[f"{arm}: key-grad sum, stale"] == ([0, 5, 9], pytest.approx([stale, 2 * stale, 3 * stale]))
         assert mon_ax[f"{arm}: key-grad sum, matched"] == ([0, 5, 9], pytest.approx([matched, 2 * matched, 3 * matched]))
-        if not arm.startswith("sdpa"):     # against the BF16 arm of its own seed (sdpa_seed2 for fp8_seed2)
-            b_loss, b_val = arms["sdpa_seed2" if arm.endswith("_seed2") else "sdpa"]
+        if arm != "sdpa":     # against the BF16 arm of its own seed (sdpa_seed2 for fp8_seed2); sdpa_seed2 against sdpa
+            b_loss, b_val = arms["sdpa_seed2" if arm == "fp8_seed2" else "sdpa"]
             want = _trailing_mean([x - b for x, b in zip(loss, b_loss)], 5)
             assert diff_ax[f"{arm}: train (smoothed)"] == (iters, pytest.approx(want)), arm
             assert diff_ax[f"{arm}: val"] == ([0, 5, 9], pytest.approx([x - b for x, b in zip(val, b_val)])), arm
