@@ -4,7 +4,8 @@ of validation batches, every parameter.
 
     python grad_fidelity.py                            # out/ckpt.pt, 4 micro-batches of 16 sequences
     python grad_fidelity.py --init=True                # the same architecture at a fresh initialization
-    python grad_fidelity.py --out_dir=out-ablation/fp8 --batches=8 --json=grads.json
+    python grad_fidelity.py --out_dir=out-ablation/fp8 --batches=8 --json=grads.json   # an arm that saved:
+                                                       # ablation.py run ... without --save_checkpoint=False
 
 The kernel tests measure the attention gradients dQ, dK, dV; this measures what reaches the weights,
 where the optimizer sees it. The reference is the model in fp32 with PyTorch's math attention in fp32
