@@ -14,6 +14,9 @@ The arms are sdpa, fp8_stale and fp8 at seed 1337, each at seed 2024 (`*_seed2`:
 initialization and data order) and at seed 7 (`*_seed3`, a third where two disagree); `run` trains sdpa, sdpa_seed2, fp8_stale and fp8 unless --arms= names
 others. At the lengths a single GPU trains in minutes the seeds move the loss as much as the attention
 does (README, "Training results"), so a claim about the arms wants two seeds of each (--arms=).
+An arm whose train.py fails (diverges, say) does not stop the others; `run` then exits naming it, and
+`plot` marks an arm that did not reach its max_iters. `plot` refuses arms trained with other settings
+(an earlier ablation's, left in out-ablation/), and draws each arm's loss against BF16 of its own seed.
 `plot` needs matplotlib (not a dependency of the trainer: `pip install matplotlib` where you plot).
 """
 import json
@@ -47,16 +50,22 @@ def run(overrides, arms):
         sys.exit(f"{' '.join(clash)}: each arm sets its own attention, seed and out_dir (out-ablation/<arm>, where "
                  f"`plot` reads it); choose arms with --arms= instead (the arms: {', '.join(ARMS)}), and move "
                  "out-ablation/ aside first to keep an earlier ablation")
+    failed = []
     for arm in arms:
         attention, seed = ARMS[arm]
         cmd = [sys.executable, os.path.join(ROOT, "train.py"), os.path.join(ROOT, "config", "ablation.py"),
                "--delta_monitor=True", *overrides,
                f"--attention={attention}", f"--seed={seed}", f"--out_dir={os.path.join(OUT, arm)}"]
         print("$", " ".join(cmd), flush=True)
+        # an arm that stops (a stale arm diverging is one outcome the ablation looks for) does not stop
+        # the others; `plot` marks it as stopped
         code = subprocess.run(cmd).returncode
         if code:
-            sys.exit(f"arm {arm}: train.py exited with status {code} (its output is above); arms not run: "
-                     f"{', '.join(arms[arms.index(arm) + 1:]) or 'none'}")
+            failed.append(f"{arm} (status {code})")
+            print(f"arm {arm}: train.py exited with status {code} (its output is above); the other arms go on",
+                  flush=True)
+    if failed:
+        sys.exit(f"arms whose train.py failed: {', '.join(failed)}; the others ran")
 
 
 def _rows(arm):

@@ -736,6 +736,10 @@ BUGS = {
         '        if end is not None and not (evals and evals[-1]["iter"] >= end):',
         '        if False:',
         "an arm killed or diverged partway is tabulated as if finished"),
+    'ablation_failed_arm_stops_all': ('ablation.py',
+        '            failed.append(f"{arm} (status {code})")',
+        '            sys.exit(f"arm {arm} failed")',
+        "a failed arm (a stale arm that diverges: an outcome the ablation looks for) stops the arms after it"),
 }
 
 
