@@ -184,12 +184,12 @@ def load_data(cfg, device, ddp, local_rank, say):
     prepares itself the first time (smaller on a CPU, to start quickly). Anything missing, short or
     corrupt stops the run with a message that names it and what to run."""
     data_dir = dataset_dir(cfg.dataset)
-    if cfg.dataset == "builtin" and not os.path.exists(os.path.join(data_dir, "meta.json")):
-        if local_rank == 0:
+    if cfg.dataset == "builtin":
+        if local_rank == 0 and not os.path.exists(os.path.join(data_dir, "meta.json")):
             from data.builtin.prepare import prepare
             prepare(data_dir, max_mb=256 if device.type == "cuda" else 16)
-        if ddp:
-            dist.barrier()
+        if ddp:  # every rank, whatever it found: a rank that saw meta.json (another node's disk, or rank 0
+            dist.barrier()  # just done) and went on would leave rank 0 waiting here for ever
     if not os.path.isdir(data_dir):
         data = os.path.join(HERE, "data")
         ready = sorted(d for d in os.listdir(data) if os.path.exists(os.path.join(data, d, "meta.json")))

@@ -517,6 +517,18 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path, accum):
     assert len(rngs) == 2 and not torch.equal(rngs[0]["torch"], rngs[1]["torch"]), "both ranks have one RNG state"
 
 
+def test_every_rank_waits_at_the_builtin_corpus_whatever_it_found(data_dir, monkeypatch):
+    """Rank 0 prepares the built-in corpus and then waits at a barrier; a rank that finds meta.json already
+    there (its node prepared it earlier, or rank 0 just finished) must enter that barrier too, or rank 0
+    waits for ever. Here rank 1 sees a prepared folder: it must still call the barrier, once."""
+    barriers = []
+    monkeypatch.setattr(train.dist, "barrier", lambda: barriers.append(1))
+    monkeypatch.setattr(train, "dataset_dir", lambda name: data_dir)
+    cfg = dataclasses.replace(train.TrainConfig(), dataset="builtin", block_size=32, eval_tokens=256)
+    train.load_data(cfg, torch.device("cpu"), True, 1, lambda *a, **k: None)
+    assert barriers == [1], f"rank 1 entered {len(barriers)} barriers where rank 0 enters 1"
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs a GPU")
 def test_ddp_nccl_on_one_gpu(data_dir, tmp_path):
     """train.py under torchrun on a GPU: NCCL, the DDP wrapper, one process (NCCL takes one GPU per
