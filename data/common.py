@@ -102,21 +102,25 @@ def path_order(relpath):
 
 
 PIECE_CHARS = 1 << 20
-# A newline with a non-space character on each side: GPT-2's pre-tokenizer ends a piece before it and after
-# it (the newline alone is one piece), so a text cut there encodes to the same tokens in parts.
+# A newline before a non-space character: GPT-2's pre-tokenizer starts a piece there, whatever comes before
+# it. In a run of whitespace before a non-space character, the last one always starts a piece of its own
+# (\s+(?!\S) stops one short of it), and a newline, unlike a space, never joins the word after it. So a text
+# cut before such a newline encodes to the same tokens in parts. Blank lines between paragraphs and
+# trailing spaces leave such a newline at every paragraph; a cut that wanted a non-space before the newline
+# too found none in a book of "\n\n" paragraphs and encoded all of it at once.
 # (Python's \S is non-space for tiktoken's regex too: Python counts a few more characters as space.)
-_CUT = re.compile(r"(?<=\S)\n(?=\S)")
+_CUT = re.compile(r"\n(?=\S)")
 
 
 def _pieces(text, size=PIECE_CHARS):
-    """(start, end) of pieces of text of about size characters or more, each ending at a _CUT."""
+    """(start, end) of pieces of text of about size characters or more, each ending where a _CUT starts."""
     start = 0
     while len(text) - start > size:
         cut = _CUT.search(text, start + size)
         if cut is None:
             break
-        yield start, cut.end()
-        start = cut.end()
+        yield start, cut.start()
+        start = cut.start()
     yield start, len(text)
 
 

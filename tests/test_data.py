@@ -719,20 +719,25 @@ def test_file_names_that_are_not_utf8_still_sort(tmp_path):
 def test_a_long_document_is_encoded_in_pieces_to_the_same_tokens(monkeypatch):
     """A single-file dataset is one document per split; tiktoken's list of Python ints for all of it took
     about 65 bytes a token (372 MB for a 31 MB file). tokenize() encodes such a document in pieces cut
-    after a newline between two non-space characters, where GPT-2's pre-tokenizer splits anyway: the
-    tokens must be exactly the whole text's, at cuts of every kind (prose, code, blank lines, indents)."""
+    before a newline that a non-space character follows, where GPT-2's pre-tokenizer splits anyway: the
+    tokens must be exactly the whole text's, at cuts of every kind (prose, code, blank lines, indents,
+    trailing spaces). A book whose paragraphs end in blank lines must be cut too: a cut that also wanted a
+    non-space character before the newline found none there and encoded the whole book at once."""
     if not os.path.isdir(TIKTOKEN_CACHE):
         pytest.skip(f"{TIKTOKEN_CACHE} not found (the offline GPT-2 ranks)")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", TIKTOKEN_CACHE)
     tok = get_tokenizer("gpt2")
     text = "".join(pathlib.Path(ROOT, f).read_text() for f in ("README.md", "train.py", "model.py"))
-    text += "  \n\n x\n \ny\n\t\nz\r\nw\n" * 50 + "end"     # space on one side or both: never a cut
-    whole = np.array([tok.eot] + tok.encode(text), dtype=np.uint16)
+    text += "  \n\n x\n \ny\n\t\nz\r\nw\n" * 50 + "end"     # whitespace before the newline, after it, or both
     spans = list(common._pieces(text, 2000))
     assert len(spans) > 50 and spans[0][0] == 0 and spans[-1][1] == len(text)
     assert all(a == b for (_, a), (b, _) in zip(spans, spans[1:]))
     for _, b in spans[:-1]:
-        assert text[b - 1] == "\n" and not text[b - 2].isspace() and not text[b].isspace()
+        assert text[b] == "\n" and not text[b + 1].isspace(), repr(text[b - 2:b + 2])
+    book = "A paragraph of prose, and its last line ends in a space. \n\n" * 200
+    assert len(list(common._pieces(book, 2000))) > 4, "blank-line paragraphs: no cut found"
+    text += book
+    whole = np.array([tok.eot] + tok.encode(text), dtype=np.uint16)
     for threads in (1, 3):
         (pieces,) = common.tokenize([text], tok, num_threads=threads, piece_chars=2000)
         assert np.array_equal(pieces, whole), threads
