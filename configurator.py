@@ -36,7 +36,8 @@ def _imported_names(source, path):
             for alias in node.names:
                 if alias.name == "*":
                     raise ConfigError(f"config file {path}, line {node.lineno}: `from {node.module} import *` "
-                                      "would make every name it brings a setting; import names one by one")
+                                      "would make every name it brings a setting; import names one by one, and to "
+                                      "build on another preset, give both: SCRIPT.py config/a.py mine.py")
                 names.add(alias.asname or alias.name.split(".")[0])
     return names
 
@@ -163,6 +164,11 @@ def parse(cfg, argv):
             except SyntaxError as e:
                 raise ConfigError(f"config file {arg}, line {e.lineno}: {e.msg}")
             imported = _imported_names(source, arg)
+            settings = sorted(imported & hints.keys())
+            if settings:  # an imported name is never taken for a setting, so it would stay at its default silently
+                raise ConfigError(f"config file {arg} imports {', '.join(settings)}: imported names are not settings, "
+                                  "so this would leave them at their defaults; to build on another preset, give "
+                                  "both, left to right: SCRIPT.py config/a.py mine.py")
             try:
                 exec(code, namespace)
             except Exception as e:  # a preset is Python: name its line, as for a syntax error

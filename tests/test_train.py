@@ -75,7 +75,7 @@ def test_config_presets_overrides_and_types(tmp_path):
     assert isinstance(cfg.learning_rate, float)
 
 
-def test_preset_imports_are_not_settings(tmp_path):
+def test_preset_imports_are_not_settings(tmp_path, monkeypatch):
     """README: a preset may import. A constant it imports (math's pi) is no setting, as a module or a
     function is not; a star import, which binds names nobody wrote, is refused naming its line."""
     preset = tmp_path / "p.py"
@@ -86,6 +86,17 @@ def test_preset_imports_are_not_settings(tmp_path):
     preset.write_text("n_layer = 3\nfrom math import *\n")
     with pytest.raises(configurator.ConfigError, match=re.escape(f"config file {preset}, line 2: `from math import *`")):
         configurator.parse(train.TrainConfig(), [str(preset)])
+    # a setting imported from another preset would stay at its default, imported names being no settings,
+    # even where the preset then assigns it: refused, naming the settings and the way to build on a preset
+    base = tmp_path / "base.py"
+    base.write_text("block_size = 64\nn_layer = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))   # importable: the import itself is not what fails
+    for text in ("from base import block_size, n_layer\nmax_iters = 5\n", "from base import block_size\n"
+                 "block_size = block_size * 2\n"):
+        preset.write_text(text)
+        with pytest.raises(configurator.ConfigError, match=re.escape(f"config file {preset} imports block_size") +
+                           ".*give both, left to right"):
+            configurator.parse(train.TrainConfig(), [str(preset)])
 
 
 def test_a_gpu_index_past_the_machine_is_a_config_error(monkeypatch):
