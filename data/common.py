@@ -295,6 +295,17 @@ def load_meta(data_dir):
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}: not written by a prepare script; re-run: "
                          f"{prepare_command(data_dir)}")
+    # a value of the wrong type (a file edited by hand) would fail far from here, in numpy or in a format string
+    def whole(x, low, high=None):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= low and (high is None or x <= high)
+    wrong = [f"tokenizer={meta['tokenizer']!r} (expected 'gpt2' or 'bytes')"] if meta["tokenizer"] not in ("gpt2", "bytes") else []
+    wrong += [f"vocab_size={meta['vocab_size']!r} (expected a whole number from 1 to 65,536: uint16 shards)"] \
+        if not whole(meta["vocab_size"], 1, 2**16) else []
+    wrong += [f"{k}={meta[k]!r} (expected a whole number of tokens)" for k in ("train_tokens", "val_tokens")
+              if k in meta and not whole(meta[k], 0)]
+    if wrong:
+        raise ValueError(f"{path} has {'; '.join(wrong)}: not as a prepare script writes it; re-run: "
+                         f"{prepare_command(data_dir)}")
     return meta
 
 

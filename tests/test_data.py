@@ -91,6 +91,13 @@ def test_missing_data_errors(tmp_path):
     ("{}", "lacks tokenizer, vocab_size, train_tokens: not written by a prepare script"),
     ("[1, 2]", "lacks tokenizer, vocab_size, train_tokens"),
     ('{"tokenizer": "bytes", "vocab_size": 257}', "lacks train_tokens"),
+    # edited by hand: numpy's _UFuncNoLoopError, a TypeError or a format-string error, far from the file
+    ('{"tokenizer": "bytes", "vocab_size": "257", "train_tokens": 9}', "has vocab_size='257' (expected a whole number"),
+    ('{"tokenizer": "bytes", "vocab_size": null, "train_tokens": 9}', "has vocab_size=None"),
+    ('{"tokenizer": "bytes", "vocab_size": 70000, "train_tokens": 9}', "has vocab_size=70000"),
+    ('{"tokenizer": "bytes", "vocab_size": 257, "train_tokens": "4501"}', "has train_tokens='4501' (expected a whole"),
+    ('{"tokenizer": "bytes", "vocab_size": 257, "train_tokens": 9, "val_tokens": true}', "has val_tokens=True"),
+    ('{"tokenizer": "GPT2", "vocab_size": 257, "train_tokens": 9}', "has tokenizer='GPT2' (expected 'gpt2' or 'bytes')"),
 ])
 def test_a_broken_meta_json_is_named(tmp_path, text, words):
     (tmp_path / "meta.json").write_text(text)
