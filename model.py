@@ -15,7 +15,7 @@ import inspect
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -221,7 +221,7 @@ class GPTConfig:
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for speed
     n_layer: int = 12
     n_head: int = 12
-    n_kv_head: int = 12  # < n_head: grouped-query attention, n_head / n_kv_head query heads per k/v head
+    n_kv_head: int = 0  # 0: n_head; fewer: grouped-query attention, n_head / n_kv_head query heads per k/v head
     n_embd: int = 768
     dropout: float = 0.0  # on embeddings and residual branches; none on attention weights (the fp8 kernel has none)
     bias: bool = False  # bias in Linears and LayerNorms, like GPT-2; False is a bit better and faster
@@ -240,11 +240,14 @@ class GPT(nn.Module):
         # errors, not asserts: under python -O, pos='RoPE' built a model with no positions
         if config.pos not in ("rope", "learned", "none"):
             raise ValueError(f"pos={config.pos!r}: expected rope, learned or none")
-        if config.n_kv_head < 1:  # the trainer's 0 ("same as n_head") is resolved before a GPTConfig is made
-            raise ValueError(f"n_kv_head={config.n_kv_head}: GPTConfig takes the number of k/v heads, at least 1")
+        if config.n_kv_head < 0:
+            raise ValueError(f"n_kv_head={config.n_kv_head}: the number of k/v heads, or 0 for as many as n_head")
         why = shape_problem(config.n_embd, config.n_head, config.n_kv_head, config.pos)
         if why:
             raise ValueError(why)
+        # 0 is n_head, as in train.py (a default of 12 gave GPTConfig(n_head=24) grouped-query attention unasked,
+        # and GPTConfig(n_head=16) an error about a setting nobody set)
+        config = replace(config, n_kv_head=config.n_kv_head or config.n_head)
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),

@@ -184,6 +184,18 @@ def test_top_k_keeps_the_model_s_k_most_likely_at_any_temperature():
         assert (drawn == top2).any(-1).all(), "an id outside the model's two most likely was drawn"
 
 
+def test_gpt_config_has_as_many_kv_heads_as_query_heads_unless_told():
+    """GPTConfig built nanoGPT's way, without n_kv_head: every query head has its own k and v. A default of
+    12 gave n_head=24 grouped-query attention nobody asked for, and n_head=16 (GPT-2 medium) an error about
+    n_kv_head. 0 means n_head, as train.py's setting does."""
+    for n_head in (24, 16, 6):
+        m = GPT(GPTConfig(block_size=8, vocab_size=64, n_layer=1, n_head=n_head, n_embd=n_head * 8))
+        attn = m.transformer.h[0].attn
+        assert m.config.n_kv_head == attn.n_kv_head == n_head, (n_head, m.config.n_kv_head, attn.n_kv_head)
+        assert attn.c_attn.weight.shape == (3 * n_head * 8, n_head * 8)
+    assert GPT(GPTConfig(block_size=8, vocab_size=64, n_layer=1, n_head=4, n_kv_head=0, n_embd=32)).config.n_kv_head == 4
+
+
 def test_rope_needs_an_even_head_dim():
     with pytest.raises(ValueError, match="head dim n_embd / n_head = 15 must be even"):
         tiny(n_embd=60, n_head=4)
@@ -193,7 +205,7 @@ def test_rope_needs_an_even_head_dim():
 @pytest.mark.parametrize("kw,words", [
     (dict(n_embd=64, n_head=3, n_kv_head=3), "n_embd=64 must be a multiple of n_head=3"),
     (dict(n_embd=64, n_head=4, n_kv_head=3), "n_head=4 must be a multiple of n_kv_head=3"),
-    (dict(n_embd=64, n_head=4, n_kv_head=0), "n_kv_head=0: GPTConfig takes the number of k/v heads"),
+    (dict(n_embd=64, n_head=4, n_kv_head=-1), "n_kv_head=-1: the number of k/v heads, or 0 for as many as n_head"),
 ])
 def test_shapes_that_do_not_divide_are_refused(kw, words):
     # a ValueError that names them, as train.py's config error does (model.shape_problem), not an assert
