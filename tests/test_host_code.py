@@ -9,6 +9,7 @@ run the real kernels, under the Triton interpreter on CPU, at one or two tiles p
     python -m pytest -q tests/test_host_code.py
 """
 import math
+import warnings
 
 import pytest
 import torch
@@ -76,6 +77,30 @@ def test_check_inputs_refuses_what_the_kernels_cannot_take():
     refused(ValueError, "empty input", q[:, :, :0], q[:, :, :0], q[:, :, :0])     # no tokens: not a ZeroDivisionError
     refused(ValueError, "one device", q, q.to("meta"), q.to("meta"))               # k, v elsewhere than q
     refused(ValueError, "one device", q, q, q.to("meta"))                          # v alone elsewhere
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's rounding matters only without a GPU")
+def test_an_interpreter_that_rounds_unlike_the_gpu_is_named(monkeypatch):
+    """On a CPU, Triton's stock interpreter casts to e4m3 half-up and unsaturated: the kernels run, and
+    every error measured against FP32 comes out about 3x a GPU's, reported as the kernel's (grad_fidelity.py
+    on a CPU did). attention() warns once where the interpreter's cast is not the GPU's; with the shim the
+    tests install, it stays silent."""
+    import triton_shim
+    q = torch.randn(1, 1, 16, D, dtype=torch.bfloat16)
+    monkeypatch.setattr(A, "_INTERPRETER_ROUNDING", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        A.attention(q, q, q)        # the shim (conftest.py): no warning
+    monkeypatch.setattr(A, "_INTERPRETER_ROUNDING", {})
+    triton_shim.uninstall()
+    try:
+        with pytest.warns(UserWarning, match="interpreter casts to e4m3 unlike the GPU.*triton_shim"):
+            A.attention(q, q, q)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            A.attention(q, q, q)    # once: the check is not run again
+    finally:
+        triton_shim.install()
 
 
 def test_sm_scale_may_not_be_a_bool():
