@@ -149,16 +149,26 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.attention = config.attention
         self.probe = None  # a dict while train.py's delta monitor probes this layer
-        if self.attention != "sdpa":
+
+    @property
+    def attention(self):
+        return self._attention
+
+    @attention.setter
+    def attention(self, path):
+        # checked at every assignment, so that a layer switched after the model was built (grad_fidelity.py
+        # switches them) is checked as a built one is, and finds the kernel imported
+        if path != "sdpa":
             # errors, not asserts: python -O drops asserts, and a typo would then run the fp8 kernel
-            if self.attention not in ATTENTION_PATHS:
-                raise ValueError(f"attention={self.attention!r}: not one of {list(ATTENTION_PATHS)}")
+            if path not in ATTENTION_PATHS:
+                raise ValueError(f"attention={path!r}: not one of {list(ATTENTION_PATHS)}")
             import attention_fp8
             if self.head_dim not in attention_fp8.HEAD_DIMS:
                 raise ValueError(f"the fp8 kernel takes head dims {attention_fp8.HEAD_DIMS}, "
                                  f"not n_embd/n_head={self.head_dim}")
             global _fp8_attention
             _fp8_attention = attention_fp8.attention
+        self._attention = path
 
     def forward(self, x, rope=None):
         B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
@@ -291,7 +301,9 @@ class GPT(nn.Module):
         Returns (logits, loss): logits (b, t, vocab_size) and the mean cross-entropy over the targets,
         or without targets the last position's logits (b, 1, vocab_size) and None."""
         b, t = idx.size()
-        assert t <= self.config.block_size, f"sequence of length {t} exceeds block_size {self.config.block_size}"
+        if t > self.config.block_size:  # an error, not an assert: under python -O, rope and learned positions
+            # failed with a shape or index error, and pos=none ran past what the model was trained on
+            raise ValueError(f"sequence of length {t} exceeds block_size {self.config.block_size}")
         x = self.transformer.wte(idx)  # (b, t, n_embd)
         if self.config.pos == "learned":
             x = x + self.transformer.wpe(torch.arange(t, device=idx.device))  # (t, n_embd) broadcast over b

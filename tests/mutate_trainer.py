@@ -654,6 +654,16 @@ BUGS = {
         '        _check_interpreter_rounding()\n',
         '',
         "the stock interpreter's e4m3 cast runs the kernels silently: errors on a CPU about 3x a GPU's"),
+    'attention_switch_unchecked': ('model.py',
+        '        if path != "sdpa":\n            # errors, not asserts',
+        '        if path != "sdpa" and not hasattr(self, "_attention"):\n            # errors, not asserts',
+        "a layer switched to fp8 after building: the kernel never imported (TypeError: 'NoneType' object is not callable)"),
+    'block_size_assert': ('model.py',
+        '        if t > self.config.block_size:  # an error, not an assert: under python -O, rope and learned positions\n'
+        '            # failed with a shape or index error, and pos=none ran past what the model was trained on\n'
+        '            raise ValueError(f"sequence of length {t} exceeds block_size {self.config.block_size}")',
+        '        assert t <= self.config.block_size, f"sequence of length {t} exceeds block_size {self.config.block_size}"',
+        'the block_size check as an assert: python -O drops it'),
     'tokenize_long_document_loses_eot': ('data/common.py',
         '            text, parts = texts[i], [np.array([tok.eot], dtype=np.uint16)]',
         '            text, parts = texts[i], []',

@@ -270,11 +270,16 @@ def test_gpt_refuses_unknown_settings_with_errors_that_python_O_keeps():
             tiny(**kw)
     with pytest.raises(ValueError, match=r"head dims .* not n_embd/n_head=16"):
         tiny(attention="fp8")   # 64 / 4 heads
-    code = ("from model import GPT, GPTConfig\n"
+    code = ("import torch\nfrom model import GPT, GPTConfig\n"
             "try:\n    GPT(GPTConfig(block_size=8, vocab_size=8, n_layer=1, n_head=1, n_embd=8, pos='RoPE'))\n"
-            "except ValueError as e:\n    print('refused:', e)")
+            "except ValueError as e:\n    print('refused:', e)\n"
+            "for pos in ('none', 'rope', 'learned'):\n"     # past block_size: pos=none ran, the others failed elsewhere
+            "    try:\n        GPT(GPTConfig(block_size=8, vocab_size=8, n_layer=1, n_head=1, n_embd=8, pos=pos))"
+            "(torch.zeros(1, 9, dtype=torch.long))\n"
+            "    except ValueError as e:\n        print('refused:', e)")
     r = subprocess.run([sys.executable, "-O", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "refused: pos='RoPE'" in r.stdout, r.stdout + r.stderr
+    assert r.stdout.count("refused: sequence of length 9 exceeds block_size 8") == 3, r.stdout + r.stderr
 
 
 def test_resolve_attention_refuses_unknown_names():
@@ -341,6 +346,25 @@ def _step(attention, device):
     _, loss = m(idx[:, :-1], idx[:, 1:])
     loss.backward()
     return loss.detach(), torch.cat([p.grad.flatten() for p in m.parameters()])
+
+
+@needs_fp8
+def test_a_layer_switched_to_fp8_after_building_runs_the_kernel(monkeypatch):
+    """A model built with sdpa whose layers are switched to fp8 afterwards (an ablation in a notebook; what
+    grad_fidelity.py does) runs the kernel as one built with fp8 does: it found the kernel not imported
+    (TypeError: 'NoneType' object is not callable). A switch is checked as a built path is."""
+    monkeypatch.setattr(M, "_fp8_attention", None)     # as in a process that has built no fp8 layer yet
+    x = torch.randint(0, 128, (1, 64), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    kw = dict(block_size=64, n_layer=1, n_head=4, n_kv_head=2, n_embd=256, vocab_size=128)
+    switched = tiny(attention="sdpa", **kw).to(DEVICE)
+    switched.transformer.h[0].attn.attention = "fp8_stale"
+    got = switched(x)[0]
+    assert torch.equal(got, tiny(attention="fp8_stale", **kw).to(DEVICE)(x)[0])
+    for path, words in (("FP8", "attention='FP8': not one of"), ("fp8", "head dims .* not n_embd/n_head=16")):
+        layer = tiny(attention="sdpa", n_head=4, n_embd=64).transformer.h[0].attn if path == "fp8" else \
+            switched.transformer.h[0].attn
+        with pytest.raises(ValueError, match=words):
+            layer.attention = path
 
 
 @pytest.mark.parametrize("attention", PATHS)
