@@ -61,6 +61,7 @@ class FidelityConfig:
     arms: str = ",".join(ARMS)
     device: str = "auto"
     json: str = ""  # also write the figures to this file
+    dataset: str = ""  # whose val split to measure on: "" for the run's own; a name or path, as train.py takes it
 
 
 def param_groups(model):
@@ -220,7 +221,8 @@ def main(argv=None):
     weights = f"initialization (seed {run.get('seed', 1337)})" if cfg.init else f"iter {ckpt['iter_num']}"
     arch = model.config
 
-    data_dir = dataset_dir(run.get("dataset", "builtin"))
+    # a relative path the run was given is relative to where it ran: --dataset names the folder from here
+    data_dir = dataset_dir(cfg.dataset or run.get("dataset", "builtin"))
     T, n = arch.block_size, cfg.batches * cfg.batch_size
     try:
         meta = load_meta(data_dir)
@@ -234,7 +236,9 @@ def main(argv=None):
                              f"(vocab {meta['vocab_size']}): prepare it again as the run had it")
         windows = val_windows(data_dir, T, 2 * n * T, meta["vocab_size"])
     except (OSError, ValueError) as e:
-        raise SystemExit(f"the checkpoint's dataset {data_dir}: {e}")
+        whose, hint = ("dataset", "") if cfg.dataset else \
+            ("the checkpoint's dataset", " (moved, or a relative path from elsewhere? --dataset=PATH names it)")
+        raise SystemExit(f"{whose} {data_dir}: {e}{hint}")
     if len(windows) < 2 * n:
         raise SystemExit(f"the val split of {data_dir} has {len(windows)} windows of {T + 1} tokens; two sets of "
                          f"batches x batch_size = {n} need {2 * n} (lower --batches or --batch_size)")

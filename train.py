@@ -124,6 +124,7 @@ def load_config(argv):
 
 
 def dataset_dir(dataset):
+    dataset = os.path.expanduser(dataset)  # --dataset=~/x: the shell leaves a ~ after = as it is
     return dataset if os.sep in dataset or "/" in dataset else os.path.join(HERE, "data", dataset)
 
 

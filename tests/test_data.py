@@ -770,3 +770,24 @@ def test_text_prepare_refuses_an_empty_file_and_reads_endings_without_case(tmp_p
     # A.TXT, b.Md and c.txt: their bytes and an end-of-text token each; not footxt (no dot), nor d.py
     want = sum(len(f"text of {n}\n") + 1 for n in ("A.TXT", "b.Md", "c.txt"))
     assert counts["train_tokens"] + counts["val_tokens"] == want
+
+
+def test_a_tilde_in_a_path_setting_is_the_home_folder(tmp_path, monkeypatch):
+    """`--out_dir=~/books`: the shell leaves a ~ after `=` as it is, so the script must expand it. Unexpanded, it
+    wrote ./~/books under the current folder (a folder that `rm -rf ~` would then be typed to remove), and
+    `train.py --dataset=~/books` read it only from there."""
+    import subprocess
+    import sys
+    import train
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir(), here.mkdir()
+    src = home / "in.txt"
+    src.write_text("some text to tokenize, and more of it. " * 40)
+    env = dict(os.environ, HOME=str(home))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "data", "text", "prepare.py"), "--input=~/in.txt",
+                        "--out_dir=~/books", "--tokenizer=bytes"], cwd=here, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (home / "books" / "meta.json").exists() and not (here / "~").exists(), os.listdir(here)
+    monkeypatch.setenv("HOME", str(home))
+    assert train.dataset_dir("~/books") == str(home / "books")

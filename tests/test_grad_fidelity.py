@@ -232,6 +232,12 @@ def test_errors_name_the_problem(data_dir, tmp_path):  # noqa: F811
     with pytest.raises(SystemExit, match="json=.* is a folder"):
         grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", f"--json={tmp_path}"])
     ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    # a run given a relative path, measured from another folder (or its data moved): --dataset names it from here
+    torch.save(dict(ckpt, config=dict(ckpt["config"], dataset="moved/away")), out / "ckpt.pt")
+    with pytest.raises(SystemExit, match=r"the checkpoint's dataset moved/away: .*meta.json is missing.*--dataset=PATH"):
+        grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa"])
+    grad_fidelity.main([f"--out_dir={out}", "--device=cpu", "--arms=sdpa", "--batches=1", "--batch_size=1",
+                        f"--dataset={data_dir}"])
     # the dataset prepared again with another tokenizer since the run: bytes fit a GPT-2 model's embedding,
     # so nothing failed and the table measured text the model never read
     torch.save(dict(ckpt, meta=dict(ckpt["meta"], tokenizer="gpt2", vocab_size=50257)), out / "ckpt.pt")

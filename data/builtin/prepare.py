@@ -84,7 +84,7 @@ def prepare(out_dir=HERE, max_mb=256.0, site_packages=True, tokenizer="gpt2"):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default=HERE)
+    p.add_argument("--out_dir", type=os.path.expanduser, default=HERE)
     p.add_argument("--max_mb", type=float, default=256.0, help="cap on source text, in MB")
     p.add_argument("--no_site_packages", action="store_true", help="the standard library only")
     p.add_argument("--tokenizer", default="gpt2", choices=["gpt2", "bytes"])

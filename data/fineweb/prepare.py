@@ -87,6 +87,6 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--edu", action="store_true", help="FineWeb-Edu instead of FineWeb")
     p.add_argument("--train_shards", type=int, default=8, help="how many 100M-token train shards")
-    p.add_argument("--out_dir", default=None)
+    p.add_argument("--out_dir", type=os.path.expanduser, default=None)
     a = p.parse_args()
     prepare("finewebedu10B" if a.edu else "fineweb10B", a.train_shards, a.out_dir)

@@ -41,8 +41,8 @@ def prepare(input_path=None, out_dir=HERE, tokenizer="gpt2"):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", default=None, help="a local copy of the text (skips the download)")
-    p.add_argument("--out_dir", default=HERE)
+    p.add_argument("--input", type=os.path.expanduser, default=None, help="a local copy of the text (skips the download)")
+    p.add_argument("--out_dir", type=os.path.expanduser, default=HERE)
     p.add_argument("--tokenizer", default="gpt2", choices=["gpt2", "bytes"])
     a = p.parse_args()
     prepare(a.input, a.out_dir, a.tokenizer)

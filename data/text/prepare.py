@@ -71,7 +71,8 @@ def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=DEFAULT_EXTS, comma
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", required=True, help="a text file or a folder of text files")
-    p.add_argument("--out_dir", default=HERE, help="where the shards go; train with --dataset=<that folder>")
+    p.add_argument("--out_dir", type=os.path.expanduser, default=HERE,
+                   help="where the shards go; train with --dataset=<that folder>")
     p.add_argument("--tokenizer", default="gpt2", choices=["gpt2", "bytes"])
     p.add_argument("--ext", default=".txt,.md,.rst,.py", help="file endings to read from a folder")
     a = p.parse_args()
