@@ -64,6 +64,9 @@ def resolve_arms(attentions, device, head_dim):
     arms = {}
     for attention in attentions:
         if attention in SDPA_BACKENDS:
+            if device.type != "cuda":  # cuDNN and flash are CUDA kernels: at its turn, "No viable backend"
+                raise SystemExit(f"attentions: {attention} forces a CUDA backend of SDPA, and the device is "
+                                 f"{device.type}; leave it out of --attentions")
             arms[attention] = ("sdpa", None)
             continue
         try:

@@ -61,21 +61,22 @@ def test_model_settings_reach_the_model(clocked, monkeypatch):
 
 def test_main_table_ratios(monkeypatch, capsys):
     """The table: per block size, each path's tokens/s over the first path's at that block size; MFU in
-    percent; n/a where the peak FLOP/s or the peak memory is unknown. (The second arm is a forced SDPA
-    backend, which resolves on any machine: main() checks every arm before the first runs.)"""
-    figures = {(1024, "sdpa"): (500_000.0, 0.40, 42.9), (1024, "sdpa_cudnn"): (400_000.0, 0.32, 40.0),
+    percent; n/a where the peak FLOP/s or the peak memory is unknown. (The second arm is auto, which
+    resolves on any machine, to sdpa on a CPU: main() checks every arm before the first runs.)"""
+    figures = {(1024, "sdpa"): (500_000.0, 0.40, 42.9), (1024, "auto"): (400_000.0, 0.32, 40.0),
                (4096, "sdpa"): (250_000.0, 0.30, 43.0),
-               (4096, "sdpa_cudnn"): (200_000.0, None, float("nan"))}  # nan: peak memory, as off CUDA
+               (4096, "auto"): (200_000.0, None, float("nan"))}  # nan: peak memory, as off CUDA
     monkeypatch.setattr(bench_train, "bench", lambda cfg, attention, path, block_size, device: figures[block_size, attention])
-    bench_train.main(["--device=cpu", "--attentions=sdpa,sdpa_cudnn", "--block_sizes=1024,4096"])
+    bench_train.main(["--device=cpu", "--attentions=sdpa,auto", "--block_sizes=1024,4096"])
+    auto = bench_train.arm_label("auto", *bench_train.resolve_arms(["auto"], torch.device("cpu"), 64)["auto"])
     out = capsys.readouterr().out
     assert out.count("| T |") == 1, out  # one header, above the rows, printed once
     table = out.split("|---|---|---|---|---|---|\n")[1].splitlines()
     assert [[c.strip() for c in row.split("|")[1:-1]] for row in table] == [
         ["1024", "sdpa", "500,000", "1.00x", "40.0%", "42.9"],
-        ["1024", "sdpa_cudnn", "400,000", "0.80x", "32.0%", "40.0"],
+        ["1024", auto, "400,000", "0.80x", "32.0%", "40.0"],
         ["4096", "sdpa", "250,000", "1.00x", "30.0%", "43.0"],
-        ["4096", "sdpa_cudnn", "200,000", "0.80x", "n/a", "n/a"]]
+        ["4096", auto, "200,000", "0.80x", "n/a", "n/a"]]
 
 
 @pytest.mark.parametrize("args,header", [
@@ -132,6 +133,15 @@ def test_fp8_where_it_cannot_run_is_refused_before_any_arm_runs(monkeypatch):
     # on a CPU under the interpreter the head dim is why; on a GPU machine, the CPU itself
     why = model_module.fp8_unavailable(torch.device("cpu"), 16)
     assert why and str(e.value) == f"attentions: fp8 cannot run here: {why}; leave it out of --attentions", str(e.value)
+
+
+@pytest.mark.parametrize("forced", ["sdpa_cudnn", "sdpa_flash"])
+def test_a_forced_cuda_backend_on_the_cpu_is_refused_before_any_arm_runs(monkeypatch, forced):
+    """sdpa_cudnn and sdpa_flash are CUDA kernels: on the CPU the arms before them ran and were timed, then
+    the forced one died in a traceback ("No viable backend for scaled_dot_product_attention")."""
+    monkeypatch.setattr(bench_train, "bench", lambda *a: pytest.fail("an arm ran before the refusal"))
+    with pytest.raises(SystemExit, match=f"attentions: {forced} forces a CUDA backend of SDPA, and the device is cpu"):
+        bench_train.main(["--device=cpu", f"--attentions=sdpa,{forced}", "--block_sizes=64"])
 
 
 def test_an_auto_row_names_the_path_it_ran(monkeypatch, capsys):
