@@ -172,6 +172,25 @@ def atomic_write(path, write_fn, mode="wb"):
             os.remove(tmp)
 
 
+def remove_killed_writes(folder):
+    """Delete what atomic_write left in folder where its process was killed mid-write (kill -9, the OOM
+    killer, a power cut): NAME.tmpPID files whose process is gone. Each can be a whole shard (200 MB of
+    FineWeb), and no later run would otherwise touch them."""
+    for entry in os.listdir(folder):
+        m = re.fullmatch(r".+\.tmp(\d+)", entry)
+        if not m or not os.path.isfile(os.path.join(folder, entry)):
+            continue
+        try:
+            os.kill(int(m[1]), 0)   # signal 0: only asks whether the process exists
+            continue                # it does: perhaps writing this file now
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, OSError):  # another user's process, or no such pid possible
+            continue
+        os.remove(os.path.join(folder, entry))
+        print(f"{folder}: removed {entry}, left by a write that was killed")
+
+
 def write_shard(path, tokens):
     tokens = np.asarray(tokens)
     if tokens.size and not np.issubdtype(tokens.dtype, np.integer):  # astype would cut 1.7 to 1 silently
@@ -361,6 +380,7 @@ def write_dataset(out_dir, name, splits, tok, source, prepare, num_threads=8, pr
         raise SystemExit(f"out_dir {out_dir}: cannot make that folder ({e.strerror})")
     if os.path.exists(os.path.join(out_dir, "meta.json")):
         os.remove(os.path.join(out_dir, "meta.json"))  # incomplete until rewritten below
+    remove_killed_writes(out_dir)
     counts = {}
     for split, texts in splits.items():
         w = ShardWriter(out_dir, name, split)

@@ -791,3 +791,24 @@ def test_a_tilde_in_a_path_setting_is_the_home_folder(tmp_path, monkeypatch):
     assert (home / "books" / "meta.json").exists() and not (here / "~").exists(), os.listdir(here)
     monkeypatch.setenv("HOME", str(home))
     assert train.dataset_dir("~/books") == str(home / "books")
+
+
+def test_a_preparation_removes_what_killed_writes_left(tmp_path, capsys):
+    """atomic_write's NAME.tmpPID stays behind when its process is killed mid-write (kill -9, the OOM killer),
+    up to a whole shard each (200 MB of FineWeb), and no later run touched it. The next preparation into the
+    folder removes those whose process is gone, and leaves a living process's file alone."""
+    import subprocess
+    import sys
+    from data.text.prepare import prepare
+    src = tmp_path / "in.txt"
+    src.write_text("some text to tokenize, and more of it. " * 40)
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = out / f"out_train_000000.bin.tmp{int(dead.stdout)}"
+    left.write_bytes(b"x" * 1000)
+    alive = out / f"notes.txt.tmp{os.getpid()}"
+    alive.write_text("{")
+    prepare(str(src), str(out), tokenizer="bytes")
+    assert not left.exists() and alive.exists(), sorted(os.listdir(out))
+    assert f"removed {left.name}, left by a write that was killed" in capsys.readouterr().out

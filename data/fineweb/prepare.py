@@ -17,7 +17,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tqdm import tqdm  # noqa: E402
 
-from data.common import atomic_write, command_line, read_shard, shard_paths, write_meta  # noqa: E402
+from data.common import atomic_write, command_line, read_shard, remove_killed_writes, shard_paths, write_meta  # noqa: E402
 
 DATA = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = {  # name: (Hugging Face dataset, file prefix, train shards available)
@@ -50,6 +50,7 @@ def prepare(name="fineweb10B", train_shards=8, out_dir=None):
     meta = os.path.join(out_dir, "meta.json")
     if os.path.exists(meta):  # an earlier run's counts: incomplete until rewritten below (a download may stop)
         os.remove(meta)
+    remove_killed_writes(out_dir)
     files = [f"{prefix}_val_000000.bin"]
     files += [f"{prefix}_train_{i:06d}.bin" for i in range(1, min(train_shards, available) + 1)]
     counts = {"val_tokens": 0, "train_tokens": 0}
