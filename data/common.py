@@ -84,9 +84,10 @@ def get_tokenizer(name="gpt2", fallback=True):
 def read_text(path, errors="strict"):
     """A file's text as UTF-8. Strict by default: a Latin-1 corpus read leniently would train on U+FFFD
     wherever it had an accent, with no word said. errors="replace" is for corpora where a stray byte
-    does no harm (the built-in one: Python sources)."""
+    does no harm (the built-in one: Python sources). A byte-order mark (Windows editors write one) is not
+    text: utf-8-sig drops it, where utf-8 made it three tokens at the head of the document."""
     try:
-        with open(path, encoding="utf-8", errors=errors) as f:
+        with open(path, encoding="utf-8-sig", errors=errors) as f:
             return f.read()
     except OSError as e:  # a file that went away, a dangling link, no permission: name it, no traceback
         raise SystemExit(f"cannot read {path}: {e.strerror or e}")

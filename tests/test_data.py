@@ -812,3 +812,17 @@ def test_a_preparation_removes_what_killed_writes_left(tmp_path, capsys):
     prepare(str(src), str(out), tokenizer="bytes")
     assert not left.exists() and alive.exists(), sorted(os.listdir(out))
     assert f"removed {left.name}, left by a write that was killed" in capsys.readouterr().out
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    """A file saved with a UTF-8 byte-order mark (Notepad does) gives the tokens of the same file without it:
+    read as plain utf-8, U+FEFF became three tokens at the head of the document."""
+    from data.text.prepare import prepare
+    text = "Some text to tokenize, and more of it. " * 40
+    counts = {}
+    for name, data in (("plain", text.encode()), ("bom", b"\xef\xbb\xbf" + text.encode())):
+        (tmp_path / f"{name}.txt").write_bytes(data)
+        prepare(str(tmp_path / f"{name}.txt"), str(tmp_path / name), tokenizer="bytes")
+        shards = {s: np.concatenate([read_shard(p) for p in shard_paths(str(tmp_path / name), s)]) for s in ("train", "val")}
+        counts[name] = {s: x.tolist() for s, x in shards.items()}
+    assert counts["bom"] == counts["plain"]
