@@ -213,4 +213,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    configurator.run_script(main)

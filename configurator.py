@@ -42,6 +42,16 @@ def _imported_names(source, path):
     return names
 
 
+def run_script(main):
+    """A script's `if __name__ == "__main__"`: main(), and where the reader stops early (`python train.py
+    --help | head`) a quiet end with Python's status for a broken pipe, not a BrokenPipeError traceback."""
+    try:
+        main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and none at exit, when stdout is flushed
+        sys.exit(1)
+
+
 def check_device(device):
     """The device settings the scripts share: auto, cpu, cuda, cuda:N (torch.device would raise a traceback)."""
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):

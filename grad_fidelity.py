@@ -260,4 +260,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    configurator.run_script(main)

@@ -107,8 +107,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BrokenPipeError:  # the reader stopped early (python sample.py | head): stop without a traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and without a second one at exit
-        sys.exit(1)  # Python's own status for a broken pipe
+    configurator.run_script(main)

@@ -716,8 +716,4 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BrokenPipeError:  # the reader stopped early (python train.py --help | head): no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and none at exit
-        sys.exit(1)  # Python's own status for a broken pipe
+    configurator.run_script(main)

@@ -263,3 +263,21 @@ def test_damaged_checkpoint_is_refused_naming_the_file(ckpt_dir, tmp_path, damag
     with pytest.raises(SystemExit) as e:
         sample.main([f"--out_dir={tmp_path}", "--device=cpu", "--num_samples=1", "--max_new_tokens=2"])
     assert str(e.value).startswith(f"{path}{message}") and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("script", ["train.py", "sample.py", "bench_train.py", "grad_fidelity.py"])
+def test_help_to_a_reader_that_stops_early_gets_no_traceback(script):
+    """`python bench_train.py --help | head`: with the pipe closed before the help is written, every script
+    stops quietly with Python's status for a broken pipe (bench_train.py and grad_fidelity.py ended in a
+    BrokenPipeError traceback)."""
+    import subprocess
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--help"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdout.close()            # before the help is written: the write meets a closed pipe
+        err = p.stderr.read().decode()
+        p.wait(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 1 and "Traceback" not in err and "Exception ignored" not in err, (p.returncode, err[-2000:])
