@@ -379,6 +379,9 @@ class GPT(nn.Module):
         Call model.eval() first."""
         if not temperature >= 0 or (top_k is not None and top_k < 1):  # nan fails too
             raise ValueError(f"temperature={temperature}, top_k={top_k}: need temperature >= 0 and top_k >= 1")
+        if idx.dim() != 2 or idx.size(1) == 0:  # no last position to predict from (an IndexError, deep inside)
+            raise ValueError(f"generate needs token ids of shape (batch, t >= 1), got {tuple(idx.shape)}; "
+                             "start from the end-of-text token for no prompt, as sample.py does")
         for _ in range(max_new_tokens):
             idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size:]
             logits, _ = self(idx_cond)

@@ -168,6 +168,9 @@ def test_generate_temperature_zero_is_greedy_and_bad_settings_are_refused():
     for kw in (dict(temperature=-1.0), dict(top_k=0)):
         with pytest.raises(ValueError, match="need temperature >= 0 and top_k >= 1"):
             m.generate(start, 1, **kw)
+    for empty in (start[:, :0], start[0]):  # no prompt (an IndexError inside), or no batch dimension
+        with pytest.raises(ValueError, match=r"generate needs token ids of shape \(batch, t >= 1\)"):
+            m.generate(empty, 1)
 
 
 def test_top_k_keeps_the_model_s_k_most_likely_at_any_temperature():
