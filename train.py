@@ -522,7 +522,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         # only with the same data and schedule (context extension changes some on purpose)
         before = ckpt.get("config", {})
         changed = [f"{k}={v!r} (was {before[k]!r})" for k, v in asdict(cfg).items()
-                   if k not in ARCH_KEYS + ("init_from",) and k in before and before[k] != v]
+                   if k not in ARCH_KEYS + ("init_from",) and k in before and before[k] != v
+                   # the same folder by another name (relative here, absolute there) is no change
+                   and not (k == "out_dir" and os.path.realpath(before[k]) == os.path.realpath(v))]
         if changed:
             say(f"resume: settings that differ from the checkpoint's run: {', '.join(changed)}")
         # a changed schedule moves the learning rate at once; with lr_decay_iters=0 a raised max_iters alone

@@ -385,7 +385,7 @@ def test_unreadable_or_foreign_checkpoints_are_named(data_dir, tmp_path):
         train.main(args(data_dir, out, "--max_iters=4", "--init_from=resume"))
 
 
-def test_resume_names_the_settings_that_differ(data_dir, tmp_path, capsys):
+def test_resume_names_the_settings_that_differ(data_dir, tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     train.main(args(data_dir, out, "--max_iters=2", "--eval_interval=2", "--dropout=0.1"))
     capsys.readouterr()
@@ -393,6 +393,11 @@ def test_resume_names_the_settings_that_differ(data_dir, tmp_path, capsys):
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("resume: settings that differ"))
     assert line == ("resume: settings that differ from the checkpoint's run: eval_interval=1000 (was 2), "
                     "dropout=0.0 (was 0.1), max_iters=3 (was 2)")
+    # the run's folder named relative to here, where the run named it in full (ablation.py does): no change
+    monkeypatch.chdir(tmp_path)
+    train.main(args(data_dir, "run", "--max_iters=4", "--eval_interval=1000", "--init_from=resume"))
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("resume: settings that differ"))
+    assert line == "resume: settings that differ from the checkpoint's run: max_iters=4 (was 3)"
 
 
 def test_resume_says_when_its_schedule_moves_the_learning_rate(data_dir, tmp_path, capsys):
