@@ -9,7 +9,8 @@ accumulation), and the backward's `delta` is computed from exactly the P and dP 
     o = attention(q, k, v, delta="stale")   # the ablation arm: FlashAttention's delta = rowsum(dO * O)
 
 H_kv must divide H (grouped-query attention: each kv head serves H / H_kv query heads). Also public:
-delta_stats (the per-row dS sums the trainer's monitor logs), quantize (the tests build their
+delta_stats (what the stale delta gets wrong on given inputs: the worst row's dS sum, the key-gradient
+sums and the two deltas' mismatch, for the trainer's monitor), quantize (the tests build their
 references from its dequantized inputs) and fp8_supported.
 
 The math (one head, tau = softmax scale, i = query row, j = key row)
@@ -58,7 +59,7 @@ P~ is the softmax numerator before division by its row sum. The kernels work in 
 saves LSE2 = LSE * log2(e), called lse in the code.
 
     forward   S  = Q^ K^^T     reads K8     Q: one fp32 scale per 64 rows (the kernel quantizes its tile);
-                                            K: one per 128 rows (per batch, head)
+                                            K: one per 128 rows (per batch, kv head)
               O  = P~^ V^      reads VT8    P~ = exp(S - running max) in [0, 1], times 256, e4m3;
                                             V: one scale per 128 keys (the key tile)
     backward  S  = Q^ K^^T     reads K8     from the same Q^, K^ and scales as the forward (the same S
@@ -154,8 +155,13 @@ HEAD_DIMS = (64, 128)
 #       backward quantizes Q with the same tile, so both see the same Q^ and K^ and compute the same S;
 #       the dK/dV kernel's BLOCK_M must divide it (its Q^T and dO^T scales are one number per block);
 #   the key tile (K, K^T, V, V^T) = the largest BLOCK_N of the three kernels; every BLOCK_N divides it
-#       (block sizes are powers of two).
-# The dQ kernel reads per-row scales of Q and dO, so its BLOCK_M is free.
+#       (block sizes are powers of two). On Hopper the Gluon kernels (attention_fp8_hopper.py) read one K
+#       and V scale per 128 keys (forward) or 64 (dK/dV) and one Q scale per 64 queries: a tiling whose
+#       scale tiles do not fit theirs runs the Triton kernels there (_gluon).
+# The dQ kernel reads per-row scales of Q and dO, so its BLOCK_M is free of the scale tiles; but it writes
+# delta for the rows of its own blocks, and each dK/dV kernel reads delta for every row of its last
+# query block, so the dQ kernel's BLOCK_M must be a multiple of theirs (32 and 64 on Hopper). Its
+# BLOCK_N is at least 32: dS^ is permuted in columns of 32 (_permuted_cols).
 # SCALES_AHEAD (dQ kernel): the pre-pass loads K's and V's tile scales a tile ahead, issued after each
 # tile's S dot, instead of before the dots: faster at D = 64, slower at D = 128 (SPEED.md, step 12).
 # dq[64]'s maxnreg (a compile option the sweep does not vary) caps registers at 168, so that three
@@ -193,9 +199,12 @@ def tiles(D, shared_bytes=HOPPER_SHARED_BYTES):
     blocks = [c[b] for c in (fwd, dq, dkdv) for b in ("BLOCK_M", "BLOCK_N")]
     q_tile = fwd["BLOCK_M"]
     k_tile = max(fwd["BLOCK_N"], dq["BLOCK_N"], dkdv["BLOCK_N"])
-    if not (all(16 <= b <= PAD and b & (b - 1) == 0 for b in blocks) and q_tile % dkdv["BLOCK_M"] == 0):
+    if not (all(16 <= b <= PAD and b & (b - 1) == 0 for b in blocks) and q_tile % dkdv["BLOCK_M"] == 0
+            and dq["BLOCK_M"] % dkdv["BLOCK_M"] == 0 and dq["BLOCK_N"] >= 32):
         raise ValueError(f"CONFIGS[{D}] = {dict(fwd=fwd, dq=dq, dkdv=dkdv)}: block sizes must be powers of two in "
-                         f"[16, {PAD}], and the dK/dV kernel's BLOCK_M must divide the query tile (the forward's BLOCK_M)")
+                         f"[16, {PAD}]; the dK/dV kernel's BLOCK_M must divide the query tile (the forward's "
+                         "BLOCK_M) and the dQ kernel's BLOCK_M (whose blocks write the delta it reads); the dQ "
+                         "kernel's BLOCK_N must be at least 32")
     return {"q": q_tile, "k": k_tile, "v": k_tile, "do": q_tile}
 
 
@@ -283,7 +292,7 @@ def _quantize_kernel(X, sxb, sxh, sxn, sxd, X8, X8T, SX, Y, syb, syh, syn, syd, 
 def _qk_tile(q, K8, start_n, offs_m, N, D: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
              MASK: tl.constexpr):
     """The raw FP8 dot Q^ K^^T for one key tile, -inf where masked. The forward and the dQ kernel
-    both form S through here, so they compute it identically."""
+    both form S through here, by the same code (on tiles of their own shapes)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     kT = tl.load(K8 + offs_n[None, :] * D + offs_d[:, None])                     # (D, BLOCK_N)
@@ -629,7 +638,7 @@ _INTERPRETER_ROUNDING = {}
 def _check_interpreter_rounding():
     """Under the interpreter, warn once if it casts to e4m3 unlike the GPU. The stock Triton 3.6 / 3.8
     interpreter rounds half-up with no sticky bit and does not saturate; the kernels then run, but their
-    errors against FP32 come out about 3x a GPU's (4.4% -> 10.7% for O), which a measurement on the CPU
+    errors against FP32 come out 2.4-3x a GPU's (4.4% -> 10.7% for O), which a measurement on the CPU
     would report as the kernel's. tests/triton_shim.py makes it round as the GPU does (cvt.rn.satfinite)."""
     if "ok" in _INTERPRETER_ROUNDING:
         return
@@ -642,7 +651,7 @@ def _check_interpreter_rounding():
     _INTERPRETER_ROUNDING["ok"] = ok = torch.equal(y, x.clamp(-448, 448).to(FP8).float())
     if not ok:
         warnings.warn("attention_fp8: Triton's CPU interpreter casts to e4m3 unlike the GPU (half-up, no "
-                      "saturation), so errors measured here come out about 3x a GPU's; install "
+                      "saturation), so errors measured here come out 2.4-3x a GPU's; install "
                       "tests/triton_shim.py first (import triton_shim; triton_shim.install()), as the tests do",
                       stacklevel=4)
 
@@ -669,7 +678,7 @@ def _padded(n):
 # the tile comes from the first axis (taken from the second, the Triton kernels spilled more and ran
 # slower: SPEED.md, step 23). G divides the heads and is the largest that keeps the G heads' FP8
 # operands within SECTION_BYTES, so that their tiles, read by G heads' worth of programs at once,
-# can stay in L2 (50 MB on the H100 and H200), but at least MIN_SECTION where the heads allow (few or
+# can stay in L2 (50 MB on the H100 and H200), or else the largest divisor up to MIN_SECTION (few or
 # large heads, as in grouped-query dK/dV launches, would keep most of the tail otherwise). Non-causal
 # launches, whose programs are equally long, keep one head after another (G = 1). Outputs are
 # bit-identical for every G.
@@ -826,7 +835,7 @@ def quantize(x, tile, rows=True, cols=False):
 # Head dims whose forward runs, on Hopper GPUs (sm_90), the Gluon kernel of attention_fp8_hopper.py
 # instead of _fwd_kernel: the same FP8 operands and scales, so the same O and LSE up to fp32 rounding,
 # but scheduled with asynchronous wgmma and TMA (README, "Speed"). () for _fwd_kernel everywhere.
-# It needs the forward's query tile of 64 rows (CONFIGS).
+# It needs the scale tiles to fit its own (CONFIGS; _gluon).
 HOPPER_FORWARD = (64, 128)
 # Head dims whose dK/dV kernel runs, on Hopper, the Gluon kernel of attention_fp8_hopper.py
 # instead of _bwd_dkdv_kernel: the same FP8 operands and scales (at D = 128 dS^T's row scale per 64
@@ -876,16 +885,25 @@ def _shared_bytes(device):
 
 
 def _gluon(q, head_dims, min_scores):
-    """Whether this call runs a Gluon kernel (HOPPER_FORWARD / HOPPER_BACKWARD and their thresholds)."""
+    """Whether this call runs a Gluon kernel (HOPPER_FORWARD / HOPPER_BACKWARD and their thresholds). Only
+    where CONFIGS' scale tiles fit the Gluon kernels' blocks (a tiling being swept may not): one Q scale per
+    64 queries, and the K and V scales' tile a multiple of both Gluon kernels' BLOCK_N, whose blocks read one
+    scale each; and the dQ kernel writing delta for every row of the Gluon dK/dV kernel's query blocks."""
     B, H, N, D = q.shape
-    return D in head_dims and B * H * N * N >= min_scores and _is_hopper(q.device) and tiles(D)["q"] == 64
+    if not (D in head_dims and B * H * N * N >= min_scores and _is_hopper(q.device)):
+        return False
+    import attention_fp8_hopper as hopper
+    tile, fwd, dkdv = tiles(D), hopper.CONFIGS[D], hopper.DKDV_CONFIGS[D]
+    return (tile["q"] == fwd["BLOCK_M"] and tile["q"] % dkdv["BLOCK_M"] == 0 and tile["k"] % fwd["BLOCK_N"] == 0
+            and tile["k"] % dkdv["BLOCK_N"] == 0 and config(D, "dq")["BLOCK_M"] % dkdv["BLOCK_M"] == 0)
 
 
 def _empty_as(x):
     """An empty tensor of x's shape and dtype laid out in memory as x is, as SDPA lays out its output:
     the GPT passes q as a (B, T, H, D) tensor seen as (B, H, T, D), and an O laid out the same way
-    makes its transpose back to (B, T, H * D) free instead of a copy. The kernels take any strides
-    but D's, which must be 1."""
+    makes its transpose back to (B, T, H * D) free instead of a copy. The kernels write outputs of any
+    strides but D's, which must be 1 (inputs may have any strides: they are read through the quantize
+    launch and their own strides)."""
     y = torch.empty_like(x)
     return y if y.stride(-1) == 1 else torch.empty(x.shape, device=x.device, dtype=x.dtype)
 
@@ -939,7 +957,8 @@ def _halves(q, k, pieces):
 
 
 def _backward(do, q, k, v, o, lse, causal, sm_scale, delta, debug=False, pieces=None, compiled=False):
-    """Returns dq, dk, dv (and, with debug=True, a dict with delta and the per-row sums of dS).
+    """Returns dq, dk, dv (and, with debug=True, a dict of per-row figures: delta, and sum_j dS_ij,
+    sum_j |P_ij dP_ij| and sum_j P_ij as the dQ kernel formed them).
     Runs in one pass or in two halves of the heads (see SPLIT_BYTES; `pieces` = 1 or 2 forces it).
     `o` is only read by the stale delta and may be None for the matched one. compiled: as in _forward."""
     B, H, N, D = q.shape
@@ -1171,6 +1190,9 @@ def _check_inputs(q, k, v, delta):
     dev = q.device
     if dev.type == "cuda":
         if not _fp8_cuda(dev):
+            if torch.version.hip is not None:  # ROCm reports its own capabilities (9.x on MI300) and FP8 formats
+                raise RuntimeError(f"attention: {torch.cuda.get_device_name(dev)} is a ROCm GPU; the kernels are "
+                                   "written for NVIDIA's (e4m3fn, compute capability 8.9 or newer). Use PyTorch SDPA.")
             cap = torch.cuda.get_device_capability(dev)
             raise RuntimeError(f"attention: {torch.cuda.get_device_name(dev)} (compute capability {cap[0]}.{cap[1]}) "
                                "has no FP8 tensor cores; FP8 attention needs compute capability 8.9 or newer "

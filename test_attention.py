@@ -1174,12 +1174,37 @@ def test_inconsistent_tiling_is_refused(monkeypatch):
     A.tiles(64)
     for kernel, block, value in (("dkdv", "BLOCK_M", 2 * good["fwd"]["BLOCK_M"]),   # spans 2 query tiles
                                  ("dq", "BLOCK_N", 96),                             # not a power of two
-                                 ("fwd", "BLOCK_N", 8)):                            # below wgmma's 16
+                                 ("fwd", "BLOCK_N", 8),                             # below wgmma's 16
+                                 # dQ blocks of 32 write delta for rows the dK/dV kernel's last block of 64
+                                 # reads past them: dK NaN where the allocator left NaN there
+                                 ("dq", "BLOCK_M", good["dkdv"]["BLOCK_M"] // 2),
+                                 ("dq", "BLOCK_N", 16)):                            # dS^ permuted by 32 columns
         bad = {k: dict(v) for k, v in good.items()}
         bad[kernel][block] = value
         monkeypatch.setitem(A.CONFIGS, 64, bad)
         with pytest.raises(ValueError, match="powers of two.*must divide the query tile"):
             A.tiles(64)
+
+
+def test_gluon_kernels_run_only_where_the_scale_tiles_fit_them(monkeypatch):
+    """On Hopper the Gluon forward reads one K and V scale per 128 keys and one Q scale per 64 queries, and
+    its dK/dV kernel reads delta for whole blocks of 64 queries. A swept tiling whose scale tiles are other
+    (every Triton BLOCK_N 64: one K scale per 64 keys) must run the Triton kernels there; the Gluon forward
+    took it, with the wrong scale for half its keys. (The decision alone, on any machine: _is_hopper made
+    true; the Gluon module imports without a GPU.)"""
+    pytest.importorskip("attention_fp8_hopper")
+    monkeypatch.setattr(A, "_is_hopper", lambda device: True)
+    q = torch.empty(1, 1, 64, 64, dtype=torch.bfloat16, device=DEVICE)
+    for head_dims in (A.HOPPER_FORWARD, A.HOPPER_BACKWARD):
+        assert A._gluon(q, head_dims, 0), "CONFIGS as shipped must run the Gluon kernels on Hopper"
+    good = {k: dict(v) for k, v in A.CONFIGS[64].items()}
+    for change in ({"fwd": dict(BLOCK_N=64), "dq": dict(BLOCK_N=64), "dkdv": dict(BLOCK_N=64)},   # K tile 64
+                   {"fwd": dict(BLOCK_M=32), "dkdv": dict(BLOCK_M=32), "dq": dict(BLOCK_M=32)}):  # Q tile 32
+        bad = {k: dict(v, **change.get(k, {})) for k, v in good.items()}
+        monkeypatch.setitem(A.CONFIGS, 64, bad)
+        A.tiles(64)      # a tiling the Triton kernels take
+        for head_dims in (A.HOPPER_FORWARD, A.HOPPER_BACKWARD):
+            assert not A._gluon(q, head_dims, 0), f"{change}: the Gluon kernels ran on scale tiles not theirs"
 
 
 @pytest.mark.parametrize("tiling", range(len(ALT_TILINGS)))

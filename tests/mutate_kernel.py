@@ -108,6 +108,16 @@ BUGS = {
                                  "        x8t = tl.trans(x8)",
                                  "the transposed copy from an 8-bit transpose, which Triton 3.8 miscompiles on the "
                                  "H200 (same bytes on the interpreter)"),
+    # session 52: a review of the comments against the code
+    "tiling_dq_rows_unchecked": ('            and dq["BLOCK_M"] % dkdv["BLOCK_M"] == 0 and dq["BLOCK_N"] >= 32):',
+                                 '            and dq["BLOCK_N"] >= 32):',
+                                 "dQ blocks smaller than the dK/dV kernel's leave delta rows unwritten that it reads"),
+    "tiling_dq_narrow_unchecked": ('            and dq["BLOCK_M"] % dkdv["BLOCK_M"] == 0 and dq["BLOCK_N"] >= 32):',
+                                   '            and dq["BLOCK_M"] % dkdv["BLOCK_M"] == 0):',
+                                   "a dQ BLOCK_N of 16 taken: _permuted_cols needs columns of 32"),
+    "gluon_on_foreign_key_tile": ('tile["q"] % dkdv["BLOCK_M"] == 0 and tile["k"] % fwd["BLOCK_N"] == 0',
+                                  'tile["q"] % dkdv["BLOCK_M"] == 0',
+                                  "the Gluon forward on K scales per 64 keys: its blocks of 128 read one scale"),
 }
 
 

@@ -103,6 +103,17 @@ def test_an_interpreter_that_rounds_unlike_the_gpu_is_named(monkeypatch):
         triton_shim.install()
 
 
+@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device to be refused")
+def test_a_rocm_gpu_is_refused_as_such(monkeypatch):
+    """An MI300 reports compute capability 9.x: "(compute capability 9.4) has no FP8 tensor cores; ... needs
+    8.9 or newer" contradicted itself. A ROCm GPU is named as one."""
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    monkeypatch.setattr(A, "_fp8_cuda", lambda device: False)
+    q = torch.randn(1, 1, 16, D, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(RuntimeError, match="is a ROCm GPU; the kernels are written for NVIDIA's"):
+        A.attention(q, q, q)
+
+
 def test_sm_scale_may_not_be_a_bool():
     """attention(q, k, v, True, True), causal given twice, would run with sm_scale = 1.0, a softmax 8-11x too
     sharp: a bool is an int to Python, and numbers.Real takes it."""
