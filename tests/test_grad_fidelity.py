@@ -104,8 +104,11 @@ def test_the_reference_runs_with_tf32_off_and_math_attention():
     attn.register_full_backward_hook(lambda *a: seen.append(("backward", flags())))
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
+        before = flags()
+        assert before == (True,) * 6, before     # PyTorch's defaults, with TF32 on as train.py has it
         grad_fidelity.reference_gradient(gpt, _two_batches(), cpu)
-        assert flags()[:3] == (True, True, True), "TF32 or the SDPA backends were not restored"
+        # every one: a backend left off would make the next arm's "sdpa" (and later tests') run the math one
+        assert flags() == before, f"TF32 or the SDPA backends were not restored: {flags()}"
     finally:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     assert [k for k, _ in seen] == ["forward", "backward", "forward", "backward"], seen

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 
 import numpy as np
@@ -308,15 +309,24 @@ def test_help_without_source_still_lists_the_settings(monkeypatch, capsys):
     assert re.search(r"^  --n_layer=3 +int$", out, re.M), out
 
 
-def test_short_help_shows_what_would_run(capsys):
+def test_short_help_shows_what_would_run(capsys, monkeypatch):
     """-h and --help list the same values: without a GPU both show config/cpu_tiny.py's (the preset a
-    plain run takes); -h once counted as a preset argument, and showed TrainConfig's defaults instead."""
-    outs = []
-    for flag in ("--help", "-h"):
-        with pytest.raises(SystemExit):
-            train.load_config([flag])
-        outs.append(capsys.readouterr().out)
-    assert outs[0] == outs[1]
+    plain run takes); -h once counted as a preset argument, and showed TrainConfig's defaults instead.
+    With a GPU, or with a preset given, cpu_tiny.py is not applied."""
+    def helps(gpu, *argv):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+        outs = []
+        for flag in ("--help", "-h"):
+            with pytest.raises(SystemExit):
+                train.load_config([*argv, flag])
+            outs.append(capsys.readouterr().out)
+        assert outs[0] == outs[1]
+        return outs[0]
+    tiny = "config: no GPU, so config/cpu_tiny.py first"
+    out = helps(False)
+    assert out.startswith(tiny) and re.search(r"^  --n_layer=4 +int", out, re.M), out[:400]
+    for out in (helps(True), helps(False, os.path.join(ROOT, "config", "shakespeare.py"))):
+        assert tiny not in out and not re.search(r"^  --n_layer=4 +int", out, re.M), out[:400]
 
 
 def test_presets_parse():
@@ -479,7 +489,8 @@ def test_tokens_past_the_vocab_are_named_with_their_shard(tmp_path):
     with pytest.raises(SystemExit, match=r"coded_train_000000\.bin holds token \d+, past the dataset's vocab of 500"):
         for i in range(20):
             data.batch(i, 0, 4, torch.device("cpu"))
-    assert train.TrainData(d, block_size=8, seed=1337, vocab_size=900).batch(0, 0, 4, torch.device("cpu"))
+    x, y = train.TrainData(d, block_size=8, seed=1337, vocab_size=900).batch(0, 0, 4, torch.device("cpu"))
+    assert x.shape == (4, 8) and int(torch.cat([x, y]).max()) < 900     # all the shard's tokens fit this vocab
     with pytest.raises(ValueError, match=r"coded_val_000000\.bin holds token 30064, past the dataset's vocab of 30000"):
         train.val_windows(d, 8, 64, vocab_size=30000)
 
@@ -751,8 +762,11 @@ def test_resume_restores_the_cuda_rng_on_a_gpu(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append((state, device)))
     cuda_state = torch.ByteTensor([1, 2, 3])
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-             "cuda": cuda_state}
+    # saved: the state of the run's own GPU (a checkpoint without it could restore nothing)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: cuda_state if device == torch.device("cuda", 1)
+                        else pytest.fail(f"the CUDA RNG state of {device} saved, not cuda:1's"))
+    state = train.rng_state(torch.device("cuda", 1))
+    assert state["cuda"] is cuda_state and "cuda" not in train.rng_state(torch.device("cpu"))
     train.set_rng_state(state, torch.device("cuda", 1))
     assert calls == [(cuda_state, torch.device("cuda", 1))], calls
     calls.clear()
@@ -863,6 +877,9 @@ def test_sigterm_stops_the_run_like_ctrl_c(data_dir, tmp_path):
            *args(data_dir, out, "--max_iters=100000", "--eval_interval=1", "--eval_tokens=32")]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
     p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # a save line worded otherwise would keep the loop below reading a run of 100,000 steps: stop it, and fail
+    watchdog = threading.Timer(300, p.kill)
+    watchdog.start()
     try:
         printed = []
         for line in p.stdout:
@@ -872,6 +889,7 @@ def test_sigterm_stops_the_run_like_ctrl_c(data_dir, tmp_path):
         p.terminate()   # SIGTERM
         printed.append(p.communicate(timeout=120)[0])
     finally:
+        watchdog.cancel()
         p.kill()
     assert p.returncode == 143, "".join(printed)[-3000:]
     assert not [f for f in os.listdir(out) if ".tmp" in f], os.listdir(out)
