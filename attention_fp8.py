@@ -892,8 +892,8 @@ def _gluon(q, head_dims, min_scores):
     B, H, N, D = q.shape
     if not (D in head_dims and B * H * N * N >= min_scores and _is_hopper(q.device)):
         return False
-    import attention_fp8_hopper as hopper
-    tile, fwd, dkdv = tiles(D), hopper.CONFIGS[D], hopper.DKDV_CONFIGS[D]
+    import attention_fp8_hopper       # by this name: bench_attention.py --compare renames the import
+    tile, fwd, dkdv = tiles(D), attention_fp8_hopper.CONFIGS[D], attention_fp8_hopper.DKDV_CONFIGS[D]
     return (tile["q"] == fwd["BLOCK_M"] and tile["q"] % dkdv["BLOCK_M"] == 0 and tile["k"] % fwd["BLOCK_N"] == 0
             and tile["k"] % dkdv["BLOCK_N"] == 0 and config(D, "dq")["BLOCK_M"] % dkdv["BLOCK_M"] == 0)
 
