@@ -24,6 +24,14 @@ bthd = lambda x: x.transpose(1, 2).contiguous().transpose(1, 2)     # noqa: E731
 d_slowest = lambda x: x.transpose(-1, -2).contiguous().transpose(-1, -2)     # noqa: E731  D not the unit stride
 
 
+def gapped(x):
+    """x's values in (B, T, H, D) memory with a gap after each token's heads, as q, k, v split from one matmul."""
+    B, H, T, D = x.shape
+    wide = torch.zeros(B, T, 2 * H * D, dtype=x.dtype, device=x.device)
+    wide[..., :H * D] = x.transpose(1, 2).reshape(B, T, H * D)
+    return wide[..., :H * D].view(B, T, H, D).transpose(1, 2)
+
+
 def meta(*shape):
     """A tensor with shape and strides but no memory: _check_inputs' bounds at sizes no test could allocate.
     Meta tensors pass every check but the last, which refuses their device: reaching that error means the
@@ -174,17 +182,19 @@ def test_gradients_whatever_the_layouts(arm):
     v contiguous, (b) q with D as its slowest dimension, (c) q laid out as the GPT's, so O is too, while dO
     comes contiguous (the stale arm reads O by its own strides, not dO's). The layouts are checked on
     _backward's own outputs: autograd copies a leaf's .grad into the leaf's layout, which would hide them."""
-    q, k, v, do = make_inputs(1, 2, 2, 40, D, seed=85)
+    q, k, v, do = make_inputs(2, 2, 2, 40, D, seed=85)      # B = 2: batch strides count
     want = run_kernel(q, k, v, do, True, delta=arm)
     for case, (qq, kk, vv) in {"k (B,T,H,D), v contiguous": (q, bthd(k), v),
                                 "q with D slowest": (d_slowest(q), k, v),
-                                "q (B,T,H,D), dO contiguous": (bthd(q), k, v)}.items():
+                                "q (B,T,H,D), dO contiguous": (bthd(q), k, v),
+                                # the GPT's q: a slice of c_attn's wider output, so O cannot take its strides
+                                "q a slice of a wider tensor": (gapped(q), k, v)}.items():
         o, lse = A._forward(qq, kk, vv, True, SCALE)
         grads = A._backward(do, qq, kk, vv, o if arm == "stale" else None, lse, True, SCALE, arm)
         assert torch.equal(o, want["o"]), f"{case}: o differs"
         for name, x, like in zip(("dq", "dk", "dv"), grads, (qq, kk, vv)):
             assert torch.equal(x, want[name]), f"{case}: {name} differs from that of contiguous inputs"
-            if like.stride(-1) == 1:
+            if like.stride(-1) == 1 and torch.empty_like(like).stride() == like.stride():  # a layout without gaps
                 assert x.stride() == like.stride(), f"{case}: {name} strides {x.stride()}, its input's {like.stride()}"
         qq, kk, vv = [x.detach().clone().requires_grad_() for x in (qq, kk, vv)]
         A.attention(qq, kk, vv, causal=True, delta=arm).backward(do)     # and through autograd
@@ -197,9 +207,10 @@ def test_gradients_whatever_the_layout_of_do(arm):
     """dO comes from autograd laid out as the graph above made it: with D as its slowest dimension, or
     expanded from one element (stride 0 everywhere: the gradient of o.sum()). The quantize launches take
     any strides; the stale delta alone reads dO itself, by dO's strides, which must reach it."""
-    q, k, v, do = make_inputs(1, 2, 2, 40, D, seed=89)
+    q, k, v, do = make_inputs(2, 2, 2, 40, D, seed=89)      # B = 2: batch strides count
     o, lse = A._forward(q, k, v, True, SCALE)
-    for case, d in {"D slowest": d_slowest(do), "expanded": do[:, :, :1, :1].expand_as(do)}.items():
+    for case, d in {"D slowest": d_slowest(do), "expanded": do[:, :, :1, :1].expand_as(do),
+                    "with gaps": gapped(do)}.items():
         want = A._backward(d.contiguous(), q, k, v, o, lse, True, SCALE, arm)
         got = A._backward(d, q, k, v, o, lse, True, SCALE, arm)
         for name, x, y in zip(("dq", "dk", "dv"), got, want):
