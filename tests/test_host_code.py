@@ -111,6 +111,18 @@ def test_an_interpreter_that_rounds_unlike_the_gpu_is_named(monkeypatch):
         triton_shim.install()
 
 
+def test_gluon_threshold_counts_scores(monkeypatch):
+    """HOPPER_*_MIN_SCORES = 2^29 counts B * H * N^2 scores (2x16x4096 is the first size to take the Gluon
+    kernels in an eager call). Counted as B * H * N, no eager call would ever take them: only speed would
+    show it, and only on a GPU. The decision alone, with _is_hopper made true."""
+    pytest.importorskip("attention_fp8_hopper")
+    monkeypatch.setattr(A, "_is_hopper", lambda device: True)
+    for shape, gluon in (((2, 16, 4096, 64), True), ((1, 16, 16384, 128), True), ((2, 16, 2048, 64), False)):
+        for head_dims, least in ((A.HOPPER_FORWARD, A.HOPPER_FORWARD_MIN_SCORES),
+                                 (A.HOPPER_BACKWARD, A.HOPPER_BACKWARD_MIN_SCORES)):
+            assert A._gluon(meta(*shape), head_dims, least) == gluon, (shape, least)
+
+
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA device to be refused")
 def test_a_rocm_gpu_is_refused_as_such(monkeypatch):
     """An MI300 reports compute capability 9.x: "(compute capability 9.4) has no FP8 tensor cores; ... needs
