@@ -186,7 +186,7 @@ def remove_killed_writes(folder):
             continue                # it does: perhaps writing this file now
         except ProcessLookupError:
             pass
-        except (PermissionError, OverflowError, OSError):  # another user's process, or no such pid possible
+        except (OverflowError, OSError):  # another user's process (PermissionError), or no such pid possible
             continue
         os.remove(os.path.join(folder, entry))
         print(f"{folder}: removed {entry}, left by a write that was killed")
