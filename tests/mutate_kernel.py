@@ -118,6 +118,18 @@ BUGS = {
     "gluon_on_foreign_key_tile": ('tile["q"] % dkdv["BLOCK_M"] == 0 and tile["k"] % fwd["BLOCK_N"] == 0',
                                   'tile["q"] % dkdv["BLOCK_M"] == 0',
                                   "the Gluon forward on K scales per 64 keys: its blocks of 128 read one scale"),
+    # session 53: the precision losses session 52's mutant hunt found passing every test
+    "ds_scale_per_tile_dq": ("amax = tl.maximum(tl.max(tl.abs(ds), 1), 1e-30)",
+                             "amax = tl.maximum(tl.zeros_like(delta) + tl.max(tl.abs(ds)), 1e-30)",
+                             "dS^ in the dQ kernel scaled per tile (one amax for the block), not per query row"),
+    "ds_scale_per_tile_dk": ("amax = tl.maximum(tl.max(tl.abs(dsT), 1), 1e-30)",
+                             "amax = tl.maximum(tl.sum(tl.abs(dsT), 1) * 0.0 + tl.max(tl.abs(dsT)), 1e-30)",
+                             "dS^T in the dK/dV kernel scaled per tile, not per key row"),
+    "o_stored_as_bf16": ("o.to(O.dtype.element_ty), mask=row_ok[:, None])", "o.to(tl.bfloat16), mask=row_ok[:, None])",
+                         "O rounded to bf16 before the store, also for fp16 inputs"),
+    "fwd_p_unlifted_before_cast": ("        p8 = p.to(tl.float8e4nv)", "        p8 = (p / 256.0).to(tl.float8e4nv)",
+                                   "the forward's P~ cast to e4m3 without its 256 lift (acc / w cancels the factor; "
+                                   "small weights fall into e4m3's subnormals)"),
 }
 
 
