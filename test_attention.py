@@ -597,8 +597,9 @@ def test_non_contiguous_inputs():
         assert torch.equal(contiguous[name], strided[name]), f"{name} depends on the input strides"
 
 
-@pytest.mark.parametrize("delta", ["matched", "stale"])
-def test_torch_compile_fullgraph(delta, monkeypatch):
+@pytest.mark.parametrize("delta,causal,sm_scale", [("matched", True, None), ("stale", True, None), ("matched", False, 0.05)],
+                         ids=["matched", "stale", "full-scale-0.05"])
+def test_torch_compile_fullgraph(delta, causal, sm_scale, monkeypatch):
     B, H, N, D = 1, 2, 64, 64
     # Compiled calls take the Gluon kernels on Hopper from COMPILED_MIN_SCORES, eager ones from a larger
     # size: the eager reference below takes the compiled path's kernels, so that they must agree bit for bit.
@@ -609,7 +610,7 @@ def test_torch_compile_fullgraph(delta, monkeypatch):
     q, k, v, do = make_inputs(B, H, H, N, D, seed=17, key_offset=1.0)
 
     def f(q, k, v):
-        return attention(q, k, v, causal=True, delta=delta) * 2.0
+        return attention(q, k, v, causal=causal, sm_scale=sm_scale, delta=delta) * 2.0
 
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager" if not ON_GPU else "inductor")
     qc, kc, vc = [x.detach().clone().requires_grad_() for x in (q, k, v)]
@@ -621,8 +622,8 @@ def test_torch_compile_fullgraph(delta, monkeypatch):
     # every compiled training run used to print
     ours = [str(w.message) for w in caught if "attention_fp8" in str(w.message) or "attention_fp8" in w.filename]
     assert not ours, f"torch.compile warned about attention_fp8: {ours}"
-    eager = run_kernel(q, k, v, do * 2.0, True, delta=delta)
-    other = run_kernel(q, k, v, do * 2.0, True, delta="stale" if delta == "matched" else "matched")
+    eager = run_kernel(q, k, v, do * 2.0, causal, delta=delta, sm_scale=sm_scale)
+    other = run_kernel(q, k, v, do * 2.0, causal, delta="stale" if delta == "matched" else "matched", sm_scale=sm_scale)
     assert not torch.equal(eager["dq"], other["dq"])
     assert torch.equal(o.detach(), eager["o"] * 2.0)
     for name, x in (("dq", qc.grad), ("dk", kc.grad), ("dv", vc.grad)):
@@ -727,6 +728,20 @@ def test_quantize_roundtrip_and_saturation():
     assert torch.allclose(tile.abs().amax((1, 2)), xf[:, :64].abs().amax((1, 2)), rtol=1e-6)
     big = xf[:, :64].abs() > xf[:, :64].abs().amax() * 2 ** -6   # normal range of the tile's e4m3
     assert ((tile - xf[:, :64]).abs() <= 2 ** -4 * xf[:, :64].abs() + 1e-30)[big].all()
+
+
+def test_quantize_zeroes_every_padding_tile(monkeypatch):
+    """quantize's copies are padded to PAD rows with zeros (its docstring), whole tiles of padding too:
+    at N = 40 and tiles of 64 the second tile holds no row of x. No kernel of attention() reads it, so
+    only quantize's own promise sees a grid that stops at the last tile of x (the buffers come from
+    torch.empty, here filled with NaN)."""
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: empty(*a, **kw).fill_(float("nan")))
+    x = torch.randn(1, 2, 40, 64, dtype=torch.bfloat16, device=DEVICE)
+    x8, x8t, scale = A.quantize(x, 64, cols=True)
+    assert x8.shape[1] == x8t.shape[-1] == A.PAD
+    assert (x8[:, 40:].float() == 0).all() and (x8t[..., 40:].float() == 0).all(), "padding rows not zero"
+    assert (scale[:, 64:] == 0).all(), "the padding tile's scales are not zero"     # one scale per row
 
 
 def test_transposed_copy_is_quantized_from_the_input():
@@ -970,8 +985,9 @@ def test_gpu_cuda_graph_capture(split_bytes, monkeypatch):
         assert torch.equal(x.detach(), eager[name]), f"{name} from the replayed graph differs from eager mode"
 
 
-@pytest.mark.parametrize("B,H,H_kv,causal", [(2, 4, 2, True), (2, 2, 1, False), (1, 3, 3, True), (3, 2, 1, True)],
-                         ids=["kv-head-halves", "batch-halves", "odd-kv-heads", "odd-batch"])
+@pytest.mark.parametrize("B,H,H_kv,causal", [(2, 4, 2, True), (2, 2, 1, False), (1, 3, 3, True), (3, 2, 1, True),
+                                             (1, 4, 2, True)],
+                         ids=["kv-head-halves", "batch-halves", "odd-kv-heads", "odd-batch", "one-batch-two-kv-heads"])
 def test_backward_in_halves_is_bit_identical(B, H, H_kv, causal):
     """The backward runs on two halves of the kv heads (or of the batch, with one kv head) to keep
     its FP8 copies small. Heads are independent, so the halves must give exactly what one pass gives:
@@ -1248,7 +1264,13 @@ def test_inconsistent_tiling_is_refused(monkeypatch):
                                  # dQ blocks of 32 write delta for rows the dK/dV kernel's last block of 64
                                  # reads past them: dK NaN where the allocator left NaN there
                                  ("dq", "BLOCK_M", good["dkdv"]["BLOCK_M"] // 2),
-                                 ("dq", "BLOCK_N", 16)):                            # dS^ permuted by 32 columns
+                                 ("dq", "BLOCK_N", 16),                             # dS^ permuted by 32 columns
+                                 # query tiles of 32 under dK/dV blocks of 64 (dQ's 64 still a multiple):
+                                 # each block would read one Q scale for two tiles (dK 0.18-0.33 off)
+                                 ("fwd", "BLOCK_M", good["dkdv"]["BLOCK_M"] // 2),
+                                 # past the padding of 128 rows: the FP8 copies' last tile goes unwritten
+                                 # (NaN outputs at N = 300)
+                                 ("fwd", "BLOCK_N", 2 * A.PAD)):
         bad = {k: dict(v) for k, v in good.items()}
         bad[kernel][block] = value
         monkeypatch.setitem(A.CONFIGS, 64, bad)
@@ -1267,14 +1289,37 @@ def test_gluon_kernels_run_only_where_the_scale_tiles_fit_them(monkeypatch):
     q = torch.empty(1, 1, 64, 64, dtype=torch.bfloat16, device=DEVICE)
     for head_dims in (A.HOPPER_FORWARD, A.HOPPER_BACKWARD):
         assert A._gluon(q, head_dims, 0), "CONFIGS as shipped must run the Gluon kernels on Hopper"
+    # the head dims they are asked for (HOPPER_FORWARD = () turns them off: the GPU tests that compare
+    # them with the Triton kernels rely on it)
+    assert not A._gluon(q, (), 0) and not A._gluon(q, (128,), 0)
     good = {k: dict(v) for k, v in A.CONFIGS[64].items()}
     for change in ({"fwd": dict(BLOCK_N=64), "dq": dict(BLOCK_N=64), "dkdv": dict(BLOCK_N=64)},   # K tile 64
-                   {"fwd": dict(BLOCK_M=32), "dkdv": dict(BLOCK_M=32), "dq": dict(BLOCK_M=32)}):  # Q tile 32
+                   {"fwd": dict(BLOCK_M=32), "dkdv": dict(BLOCK_M=32), "dq": dict(BLOCK_M=32)},   # Q tile 32
+                   {"fwd": dict(BLOCK_M=128), "dq": dict(BLOCK_M=128)},    # Q tile 128, the Gluon forward's 64
+                   {"dq": dict(BLOCK_M=32), "dkdv": dict(BLOCK_M=32)}):    # delta in blocks of 32, not 64
         bad = {k: dict(v, **change.get(k, {})) for k, v in good.items()}
         monkeypatch.setitem(A.CONFIGS, 64, bad)
         A.tiles(64)      # a tiling the Triton kernels take
         for head_dims in (A.HOPPER_FORWARD, A.HOPPER_BACKWARD):
             assert not A._gluon(q, head_dims, 0), f"{change}: the Gluon kernels ran on scale tiles not theirs"
+
+
+def test_fp8_supported_by_compute_capability(monkeypatch):
+    """FP8 tensor cores from compute capability 8.9 (Ada) on: 8.6 is refused, 8.9 and every later one
+    taken. Only the capability is asked, so this runs anywhere."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+    for cap, ok in (((8, 6), False), ((8, 9), True), ((9, 0), True), ((10, 0), True), ((12, 0), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cap=cap: cap)
+        assert A.fp8_supported("cuda") is ok, cap
+
+
+def test_gluon_kernels_only_on_hopper(monkeypatch):
+    """The Gluon kernels use Hopper's wgmma and TMA: sm_90 alone, not Ada and not Blackwell (10.x, 12.x)."""
+    pytest.importorskip("attention_fp8_hopper")
+    for cap, ok in (((8, 9), False), ((9, 0), True), ((10, 0), False), ((12, 0), False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cap=cap: cap)
+        assert A._is_hopper.__wrapped__(torch.device("cuda")) is ok, cap
 
 
 @pytest.mark.parametrize("tiling", range(len(ALT_TILINGS)))

@@ -849,6 +849,23 @@ BUGS = {
         '            failed.append(f"{arm} (status {code})")',
         '            sys.exit(f"arm {arm} failed")',
         "a failed arm (a stale arm that diverges: an outcome the ablation looks for) stops the arms after it"),
+    # session 53: a second mutant hunt in attention_fp8.py, and its finding
+    'check_inputs_q_span_unchecked': ('attention_fp8.py',
+        'elements = max(_span(q), _span(k), _span(v), B * H * _padded(N) * D)',
+        'elements = max(_span(k), _span(v), B * H * _padded(N) * D)',
+        "a q strided over more than 2^31 elements taken: the kernels' 32-bit offsets wrap"),
+    'check_inputs_k_span_unchecked': ('attention_fp8.py',
+        'elements = max(_span(q), _span(k), _span(v), B * H * _padded(N) * D)',
+        'elements = max(_span(q), _span(v), B * H * _padded(N) * D)',
+        "a k strided over more than 2^31 elements taken"),
+    'check_inputs_v_span_unchecked': ('attention_fp8.py',
+        'elements = max(_span(q), _span(k), _span(v), B * H * _padded(N) * D)',
+        'elements = max(_span(q), _span(k), B * H * _padded(N) * D)',
+        "a v strided over more than 2^31 elements taken"),
+    'interpreter_check_traced': ('attention_fp8.py',
+        '        if not torch.compiler.is_compiling():\n            _check_interpreter_rounding()',
+        '        _check_interpreter_rounding()',
+        "the interpreter's rounding probe traced by Dynamo: a first call compiled with fullgraph=True fails"),
 }
 
 

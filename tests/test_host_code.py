@@ -56,6 +56,13 @@ def test_check_inputs_bounds_are_exact():
         A._check_inputs(x, x, x, "matched")
     with pytest.raises(ValueError, match="32-bit offsets"):     # one more batch: 2^31 exactly
         A._check_inputs(meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), meta(2**14, 2, 1024, 64), "matched")
+    # each of q, k and v on its own: small in shape, but strided over more than 2^31 elements
+    wide = torch.empty_strided((1, 2, 16, 64), (2**32, 2**31, 64, 1), device="meta", dtype=torch.bfloat16)
+    for which in range(3):
+        x = [meta(1, 2, 16, 64) for _ in range(3)]
+        x[which] = wide
+        with pytest.raises(ValueError, match="32-bit offsets"):
+            A._check_inputs(*x, "matched")
     # the (batch, head) pairs counted are q's: grouped-query k and v have fewer, but the launches take q's
     with pytest.raises(ValueError, match="batch x heads = 32768 x 2 = 65,536 is over 65,535"):
         A._check_inputs(meta(32768, 2, 16, 64), meta(32768, 1, 16, 64), meta(32768, 1, 16, 64), "matched")
@@ -111,6 +118,27 @@ def test_an_interpreter_that_rounds_unlike_the_gpu_is_named(monkeypatch):
         triton_shim.install()
 
 
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's rounding matters only without a GPU")
+def test_a_compiled_first_call_checks_the_interpreter(monkeypatch):
+    """A process whose first attention() call is compiled: the rounding check's probe, traced by Dynamo,
+    made torch.compile(fullgraph=True) refuse the call (a torch.Generator inside the graph). It runs in
+    the op's real implementation instead, and warns there as in eager mode."""
+    import triton_shim
+    q = torch.randn(1, 1, 16, D, dtype=torch.bfloat16)
+    monkeypatch.setattr(A, "_INTERPRETER_ROUNDING", {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        torch.compile(lambda q: A.attention(q, q, q), fullgraph=True, backend="aot_eager")(q)
+    assert A._INTERPRETER_ROUNDING == {"ok": True}       # it ran, and the shim (conftest.py) passed it
+    monkeypatch.setattr(A, "_INTERPRETER_ROUNDING", {})
+    triton_shim.uninstall()
+    try:
+        with pytest.warns(UserWarning, match="interpreter casts to e4m3 unlike the GPU"):
+            torch.compile(lambda q: A.attention(q, q, q) * 2.0, fullgraph=True, backend="aot_eager")(q)
+    finally:
+        triton_shim.install()
+
+
 def test_gluon_threshold_counts_scores(monkeypatch):
     """HOPPER_*_MIN_SCORES = 2^29 counts B * H * N^2 scores (2x16x4096 is the first size to take the Gluon
     kernels in an eager call). Counted as B * H * N, no eager call would ever take them: only speed would
@@ -161,7 +189,7 @@ def test_halves_cover_every_head_once(B, H_kv):
     if B * H_kv == 1:
         assert halves == []
         return
-    assert len(halves) == 2
+    assert len(halves) == 2 and all(k[bs, hs].numel() > 0 for bs, hs in halves), f"an empty half in {halves}"
     seen = torch.zeros(B, H_kv, dtype=torch.int64)
     for bs, hs in halves:
         seen[bs, hs] += 1
