@@ -652,7 +652,8 @@ def _check_interpreter_rounding():
     if not ok:
         warnings.warn("attention_fp8: Triton's CPU interpreter casts to e4m3 unlike the GPU (half-up, no "
                       "saturation), so errors measured here come out 2.4-3x a GPU's; install "
-                      "tests/triton_shim.py first (import triton_shim; triton_shim.install()), as the tests do",
+                      "tests/triton_shim.py first, as the tests do (from the repository root: "
+                      "from tests import triton_shim; triton_shim.install())",
                       stacklevel=4)
 
 

@@ -209,6 +209,7 @@ def main(argv=None):
         configurator.check_device(cfg.device)
     except configurator.ConfigError as e:
         raise SystemExit(f"config error: {e}")
+    cfg.out_dir, cfg.json = os.path.expanduser(cfg.out_dir), os.path.expanduser(cfg.json)  # the shell leaves ~ after =
     arms = check_settings(cfg.arms, cfg.batches, cfg.batch_size, cfg.json)
     device = configurator.pick_device(cfg.device)
     path = os.path.join(cfg.out_dir, "ckpt.pt")

@@ -54,7 +54,7 @@ def main(argv=None):
         raise SystemExit(f"seed={cfg.seed}: must be in [0, 2^32)")
     torch.manual_seed(cfg.seed)
 
-    path = os.path.join(cfg.out_dir, "ckpt.pt")
+    path = os.path.join(os.path.expanduser(cfg.out_dir), "ckpt.pt")  # the shell leaves a ~ after = as it is
     if not os.path.exists(path):
         raise SystemExit(f"no checkpoint at {path}: train first (python train.py), or pass --out_dir")
     ckpt = load_checkpoint(path, ("model_args", "model", "meta"))

@@ -19,6 +19,7 @@ import pickle
 import random
 import signal
 import sys
+import tempfile
 import threading
 import time
 from contextlib import nullcontext
@@ -120,6 +121,7 @@ def load_config(argv):
         raise configurator.ConfigError(f"seed={cfg.seed}: must be in [0, 2^32)")
     if not cfg.out_dir or not cfg.dataset:
         raise configurator.ConfigError(f"{'out_dir' if not cfg.out_dir else 'dataset'} is empty")
+    cfg.out_dir = os.path.expanduser(cfg.out_dir)  # --out_dir=~/x: the shell leaves a ~ after = as it is
     return cfg
 
 
@@ -409,7 +411,25 @@ def load_checkpoint(path, keys=RESUME_KEYS):
 
 def save_checkpoint(path, ckpt):
     """torch.save to a temporary file beside path, then rename: a crash mid-save keeps the previous one."""
-    atomic_write(path, lambda f: torch.save(ckpt, f))
+    try:
+        atomic_write(path, lambda f: torch.save(ckpt, f))
+    except (OSError, RuntimeError) as e:
+        # a full disk reaches us as torch's RuntimeError ("unexpected pos ...") raised while handling the OSError
+        cause = e if isinstance(e, OSError) else e.__context__
+        if not isinstance(cause, OSError):
+            raise
+        raise SystemExit(f"cannot save {path}: {cause.strerror or cause}; "
+                         + ("the checkpoint saved there before is kept" if os.path.exists(path) else "nothing saved"))
+
+
+def check_writable(folder):
+    """Now, not after minutes of data preparation and compilation: a folder we can make but not write into
+    (a read-only mount, another user's) would otherwise fail at the log's first line or the first save."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise SystemExit(f"out_dir={folder!r}: cannot write into that folder ({e.strerror})")
 
 
 # -----------------------------------------------------------------------------------------------------
@@ -482,6 +502,7 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
         os.makedirs(cfg.out_dir, exist_ok=True)
     except OSError as e:
         raise SystemExit(f"out_dir={cfg.out_dir!r}: cannot make that folder ({e.strerror})")
+    check_writable(cfg.out_dir)
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     ckpt = None
     if cfg.init_from == "resume":  # first: the checkpoint's architecture (head dim) decides the attention path
@@ -515,9 +536,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     iter_num, best_val_loss = 0, float("inf")
     remeasured = []  # settings that change what val loss measures, where this resume changes them
     if ckpt:
-        changed = [f"{k}={ckpt['model_args'][k]}" for k in ARCH_KEYS if ckpt["model_args"][k] != model_args[k]]
-        if changed:
-            say(f"resume: architecture from the checkpoint: {', '.join(changed)}")
+        changed = [k for k in ARCH_KEYS if ckpt["model_args"][k] != model_args[k]]
+        if changed:  # this command's values (flags, presets, defaults) cannot change a trained model's shape
+            was, now = ckpt["model_args"], model_args
+            say("resume: architecture from the checkpoint: " + ", ".join(f"{k}={was[k]}" for k in changed)
+                + f" (this command's {', '.join(f'{k}={now[k]}' for k in changed)} ignored)")
         # the rest is this command's: say where it differs from the resumed run's, which continues exactly
         # only with the same data and schedule (context extension changes some on purpose)
         before = ckpt.get("config", {})
@@ -544,8 +567,10 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
             raise SystemExit(f"the checkpoint's vocab is {ckpt['model_args']['vocab_size']}, the dataset's "
                              f"{vocab_size} ({meta['tokenizer']} tokenizer): resume on the data it was trained on")
         if model_args["pos"] == "learned" and ckpt["model_args"]["block_size"] != cfg.block_size:
-            raise SystemExit("learned positions cannot change block_size on resume (no trained rows for new "
-                             "positions); context extension needs pos=rope or pos=none")
+            raise SystemExit(f"block_size={cfg.block_size}: the checkpoint's model has pos=learned, whose position "
+                             f"table is saved with block_size={ckpt['model_args']['block_size']} rows (a larger one has "
+                             "no trained rows for the new positions); resume with that block_size. Context extension "
+                             "needs pos=rope or pos=none")
         iter_num, best_val_loss = ckpt["iter_num"], ckpt["best_val_loss"]
         # val loss is the mean over eval_tokens of the dataset's val split in windows of block_size: where
         # this resume changes one (context extension does), the checkpoint's best is another measure's, so
@@ -614,8 +639,11 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
 
     def log(**row):  # appended and closed line by line: a run that stops anywhere leaves a whole log
         if master:
-            with open(log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            try:
+                with open(log_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            except OSError as e:  # e.g. the disk filled up since the start
+                raise SystemExit(f"cannot write {log_path}: {e.strerror or e}")
 
     log(event="start", run=run_id, attention=attention, device=device_name, world=world, torch=torch.__version__,
         params=raw_model.get_num_params(), config=asdict(cfg))
