@@ -44,9 +44,12 @@ def _imported_names(source, path):
 
 def run_script(main):
     """A script's `if __name__ == "__main__"`: main(), and where the reader stops early (`python train.py
-    --help | head`) a quiet end with Python's status for a broken pipe, not a BrokenPipeError traceback."""
+    --help | head`) a quiet end with Python's status for a broken pipe, not a BrokenPipeError traceback;
+    Ctrl-C ends it with the shell's status for SIGINT (130), not a KeyboardInterrupt traceback."""
     try:
         main()
+    except KeyboardInterrupt:
+        sys.exit(130)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and none at exit, when stdout is flushed
         sys.exit(1)

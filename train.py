@@ -434,8 +434,12 @@ def check_writable(folder):
 
 # -----------------------------------------------------------------------------------------------------
 
+class Terminated(SystemExit):
+    """SIGTERM, raised in the main thread so that the finally blocks run, as for Ctrl-C's KeyboardInterrupt."""
+
+
 def _exit_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)  # 143, the exit status a shell gives a process SIGTERM ended
+    raise Terminated(128 + signum)  # 143, the exit status a shell gives a process SIGTERM ended
 
 
 def main(argv=None):
@@ -472,6 +476,13 @@ def main(argv=None):
         train(cfg, device, ddp, rank, local_rank, world, master, say)
         if ddp:  # finish together: gloo can abort a process that tears down while another still works
             dist.barrier()
+    except (KeyboardInterrupt, Terminated) as e:  # one line, where the run stands; then as before (run_script:
+        if master:                                 # Ctrl-C ends the script with status 130, no traceback)
+            ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
+            tqdm.write(f"stopped by {'Ctrl-C' if isinstance(e, KeyboardInterrupt) else 'SIGTERM'}; " + (
+                f"{ckpt_path} holds the last checkpoint saved there: --init_from=resume goes on from it"
+                if os.path.exists(ckpt_path) else f"no checkpoint in {cfg.out_dir}"), file=sys.stderr)
+        raise
     finally:
         if on_term is not None:
             signal.signal(signal.SIGTERM, on_term)

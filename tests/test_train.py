@@ -8,6 +8,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -920,12 +921,14 @@ def test_new_run_in_a_used_out_dir_keeps_the_old_log_and_names_only_its_own_chec
     assert len(kept) == 1 and train.log_run_id(kept[0]) not in (None, run_id), "the failed run's log, kept aside"
 
 
-def test_sigterm_stops_the_run_like_ctrl_c(data_dir, tmp_path):
+@pytest.mark.parametrize("sig, status, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_sigterm_stops_the_run_like_ctrl_c(data_dir, tmp_path, sig, status, name):
     """SIGTERM (torchrun, SLURM, docker stop) once killed the trainer on the spot; a checkpoint being written
     then left its temporary file behind for good. Now it exits with 143 through the finally blocks: whenever it
-    lands, no temporary file stays and ckpt.pt is whole. (A save every step makes a save a likely place.)"""
+    lands, no temporary file stays and ckpt.pt is whole. (A save every step makes a save a likely place.)
+    Either signal ends with one line that says where the run stands, not a traceback."""
     out = tmp_path / "term"
-    cmd = [sys.executable, "-c", "import sys, train; train.main(sys.argv[1:])",
+    cmd = [sys.executable, "-c", "import sys, configurator, train; configurator.run_script(lambda: train.main(sys.argv[1:]))",
            *args(data_dir, out, "--max_iters=100000", "--eval_interval=1", "--eval_tokens=32")]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
     p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -938,12 +941,14 @@ def test_sigterm_stops_the_run_like_ctrl_c(data_dir, tmp_path):
             printed.append(line)
             if "saved" in line and "iter 3 " in line:
                 break
-        p.terminate()   # SIGTERM
+        p.send_signal(sig)
         printed.append(p.communicate(timeout=120)[0])
     finally:
         watchdog.cancel()
         p.kill()
-    assert p.returncode == 143, "".join(printed)[-3000:]
+    assert p.returncode == status, "".join(printed)[-3000:]
+    assert f"stopped by {name}; {out / 'ckpt.pt'} holds the last checkpoint saved there" in printed[-1], printed[-1]
+    assert "Traceback" not in printed[-1], printed[-1]
     assert not [f for f in os.listdir(out) if ".tmp" in f], os.listdir(out)
     assert torch.load(out / "ckpt.pt", weights_only=False)["iter_num"] >= 3
 
