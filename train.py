@@ -517,6 +517,9 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     ckpt = None
     if cfg.init_from == "resume":  # first: the checkpoint's architecture (head dim) decides the attention path
+        if not os.path.exists(ckpt_path) and not killed_saves(ckpt_path):
+            raise SystemExit(f"init_from=resume: no checkpoint at {ckpt_path} (resume continues a run saved in "
+                             "out_dir; leave it out to start a new run)")
         ckpt = load_checkpoint(ckpt_path)
         args = ckpt["model_args"]
         missing = [k for k in ARCH_KEYS + ("vocab_size", "block_size") if not isinstance(args, dict) or k not in args]

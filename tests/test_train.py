@@ -382,6 +382,13 @@ def test_out_dir_that_cannot_be_a_folder_stops_before_the_work(data_dir, tmp_pat
             train.main(args(data_dir, out_dir))
 
 
+def test_resume_with_no_checkpoint_says_what_resume_needs(data_dir, tmp_path):
+    with pytest.raises(SystemExit, match=re.escape(f"init_from=resume: no checkpoint at {tmp_path / 'new' / 'ckpt.pt'} "
+                                                   "(resume continues a run saved in out_dir; leave it out to start a "
+                                                   "new run)")):
+        train.main(args(data_dir, tmp_path / "new", "--init_from=resume"))
+
+
 def test_out_dir_that_cannot_be_written_stops_before_the_work(data_dir, tmp_path, monkeypatch):
     """A folder that exists but takes no files (a read-only mount; permissions, which root ignores, so the
     test makes the file system say no) is named at once, not at the log's first line or the first save."""
