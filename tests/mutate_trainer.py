@@ -899,6 +899,10 @@ BUGS = {
         '        if not os.path.exists(ckpt_path) and not killed_saves(ckpt_path):\n',
         '        if False:\n',
         "--init_from=resume with no checkpoint: no word of what resume needs"),
+    'text_prepare_hint_unquoted': ('data/text/prepare.py',
+        '{name if in_data else shlex.quote(out_dir)}',
+        '{name if in_data else out_dir}',
+        "the train command data/text/prepare.py prints breaks on a folder with a space in its name"),
 }
 
 

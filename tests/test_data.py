@@ -233,6 +233,17 @@ def test_text_prepare_folder_and_file(tmp_path):
     assert (counts["train_tokens"], counts["val_tokens"]) == (91, 11)  # 90/10 by characters, + EOT each
 
 
+def test_text_prepare_says_how_to_train_on_it(tmp_path, capsys):
+    """--out_dir is a path from where the script runs, --dataset a name under the repository's data/ (or a
+    path): the last line gives the one train.py takes, quoted for the shell."""
+    from data.text.prepare import prepare
+    single = tmp_path / "one.txt"
+    single.write_text("abcdefghij" * 10)
+    out = tmp_path / "my books"
+    prepare(str(single), str(out), tokenizer="bytes")
+    assert capsys.readouterr().out.splitlines()[-1] == f"train on it: python train.py --dataset='{out}'"
+
+
 def test_atomic_write_syncs_before_it_renames(tmp_path, monkeypatch):
     """The bytes reach the disk before the rename makes them the file: after a power cut, the old file or
     the whole new one, never an empty file under the final name."""

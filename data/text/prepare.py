@@ -10,6 +10,7 @@ Any local text: one file, or a folder of files, tokenized into llm.c shards.
 """
 import argparse
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -65,6 +66,9 @@ def prepare(input_path, out_dir=HERE, tokenizer="gpt2", exts=DEFAULT_EXTS, comma
         counts = write_dataset(out_dir, name, splits, tok, source, command, num_threads=os.cpu_count() or 1,
                                progress=bar.update)
     print(f"{out_dir}: {counts['train_tokens']:,} train and {counts['val_tokens']:,} val tokens ({tok.name})")
+    # train.py takes a bare name from the repository's data/ folder, whatever folder it runs in
+    in_data = os.path.dirname(out_dir) == os.path.dirname(HERE)
+    print(f"train on it: python train.py --dataset={name if in_data else shlex.quote(out_dir)}")
     return counts
 
 
