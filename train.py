@@ -88,7 +88,8 @@ class TrainConfig:
 def load_config(argv):
     argv = sys.argv[1:] if argv is None else list(argv)
     if all(a.startswith("-") for a in argv) and not torch.cuda.is_available():  # no preset given
-        print("config: no GPU, so config/cpu_tiny.py first (the default model would take hours on a CPU)")
+        if os.environ.get("RANK", "0") == "0":  # once under torchrun, not once per process
+            print("config: no GPU, so config/cpu_tiny.py first (the default model would take hours on a CPU)")
         argv = [CPU_PRESET] + argv
     cfg = configurator.parse(TrainConfig(), argv)
     for key in ("max_iters", "batch_size", "gradient_accumulation_steps", "block_size", "eval_interval",

@@ -329,6 +329,9 @@ def test_short_help_shows_what_would_run(capsys, monkeypatch):
     assert out.startswith(tiny) and re.search(r"^  --n_layer=4 +int", out, re.M), out[:400]
     for out in (helps(True), helps(False, os.path.join(ROOT, "config", "shakespeare.py"))):
         assert tiny not in out and not re.search(r"^  --n_layer=4 +int", out, re.M), out[:400]
+    monkeypatch.setenv("RANK", "1")   # under torchrun the preset applies in every process, the line prints once
+    out = helps(False)
+    assert tiny not in out and re.search(r"^  --n_layer=4 +int", out, re.M), out[:400]
 
 
 def test_presets_parse():
