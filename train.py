@@ -10,6 +10,7 @@ Train a GPT with BF16 SDPA or FP8 Delta-Matching attention, on one device or man
 Without a preset on a machine with no GPU, config/cpu_tiny.py is applied first. Settings are the fields of
 TrainConfig; presets and --key=value overrides are checked against their types (configurator.py).
 """
+import ctypes
 import gc
 import glob
 import json
@@ -443,6 +444,27 @@ def _exit_on_sigterm(signum, frame):
     raise Terminated(128 + signum)  # 143, the exit status a shell gives a process SIGTERM ended
 
 
+def keep_freed_memory():
+    """On a CPU under glibc, keep freed buffers in the heap for the next step rather than give them back.
+
+    glibc maps every buffer above its mmap threshold (32 MB at the most) straight from the kernel and
+    unmaps it when freed, so each step maps its logits afresh (8 x 128 x 50304 floats, 206 MB, and as
+    many again for their gradient and softmax) and faults in every page: 69.6M page faults and 200 of
+    292 s in the kernel for the default CPU run on a 2-core machine (results/session54/
+    train_cpu_default.txt). Without mmap, and with the heap's top kept, a step reuses the memory the
+    last one freed; 40 steps took 42 s against 73 s, the same losses (results/session55/NOTES.txt). A
+    MALLOC_* setting of the user's own is left alone; elsewhere (macOS, musl) this does nothing."""
+    if not sys.platform.startswith("linux") or any(k.startswith("MALLOC_") for k in os.environ):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
+    mallopt(M_MMAP_MAX, 0)
+    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+
+
 def main(argv=None):
     try:
         cfg = load_config(argv)
@@ -501,6 +523,8 @@ def train(cfg, device, ddp, rank, local_rank, world, master, say):
                          f"--gradient_accumulation_steps={world} --batch_size=N keeps {world} x N x block_size "
                          "tokens per step")
     accum = cfg.gradient_accumulation_steps // world  # micro-batches per process per step
+    if device.type == "cpu":
+        keep_freed_memory()
     tokens_per_iter = cfg.gradient_accumulation_steps * cfg.batch_size * cfg.block_size
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     if device.type == "cuda":
