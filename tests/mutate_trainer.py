@@ -903,6 +903,14 @@ BUGS = {
         '{name if in_data else shlex.quote(out_dir)}',
         '{name if in_data else out_dir}',
         "the train command data/text/prepare.py prints breaks on a folder with a space in its name"),
+    'cpu_freed_memory_given_back': ('train.py',
+        '    if device.type == "cpu":\n        keep_freed_memory()\n',
+        '',
+        "on a CPU every step maps its 206 MB logits afresh and faults in every page (the default CPU run 1.6x slower)"),
+    'user_malloc_setting_overridden': ('train.py',
+        ' or any(k.startswith("MALLOC_") for k in os.environ)',
+        '',
+        "a MALLOC_* setting of the user's own is overridden"),
 }
 
 
