@@ -449,10 +449,10 @@ def keep_freed_memory():
 
     glibc maps every buffer above its mmap threshold (32 MB at the most) straight from the kernel and
     unmaps it when freed, so each step maps its logits afresh (8 x 128 x 50304 floats, 206 MB, and as
-    many again for their gradient and softmax) and faults in every page: 69.6M page faults and 200 of
-    292 s in the kernel for the default CPU run on a 2-core machine (results/session54/
-    train_cpu_default.txt). Without mmap, and with the heap's top kept, a step reuses the memory the
-    last one freed; 40 steps took 42 s against 73 s, the same losses (results/session55/NOTES.txt). A
+    many again for their gradient and softmax) and faults in every page: 69M page faults and 252 s of
+    system time in the default CPU run on a 2-core machine. Without mmap, and with the heap's top kept,
+    a step reuses the memory the last one freed: that run took 4 min 11 s against 6 min 36 s, with the
+    same losses and 2.7 GB of peak memory against 1.9 (results/session55/train_cpu_default*.txt). A
     MALLOC_* setting of the user's own is left alone; elsewhere (macOS, musl) this does nothing."""
     if not sys.platform.startswith("linux") or any(k.startswith("MALLOC_") for k in os.environ):
         return
