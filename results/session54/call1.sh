@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 54, device call 1, on whichever card comes. Carry .carry/triton-3.8.0.tar.xz and
-# Session 54 got no GPU; this script ran in session 55 (BUDGET=400, an H100): results/session55/call1/.
 # .carry/tiktoken_cache. Writes straight to $OUT.
+# Session 54 got no GPU; this script ran in session 55 (BUDGET=400, an H100): results/session55/call1/.
 # 1. Session 53's later tests, run on the CPU only so far: the second mutant hunt's tests (the Gluon
 #    decision, compute capability, tilings refused, quantize's padding tile, halves, NaN-filled buffers
 #    at N = 40, the span checks) and test_torch_compile_fullgraph[full-scale-0.05] with inductor; the
