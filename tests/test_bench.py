@@ -1,14 +1,21 @@
 """bench_attention.py: the --compare loader (a revision given as a directory brings its own Gluon kernels,
-which use that revision's attention_fp8), and
-the inputs of --model-layout and --mean."""
+which use that revision's attention_fp8), the inputs of --model-layout and --mean, and the figures it
+publishes, computed on CPU."""
+import contextlib
 import inspect
 import json
 import os
 import shutil
 import sys
+import types
 
+import pytest
 import torch
+import torch.nn.functional as F
+from torch.autograd import DeviceType
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import attention_fp8
 import bench_attention as B
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,17 +68,6 @@ def test_mean_inputs(monkeypatch):
 # with, or the SDPA backend really forced); torch.cuda's memory counters a set peak above a set base; the
 # SDPA backends that CPU lacks run as math (cuDNN, the FP32 reference) or CPU flash (flash). The fp8 kernel
 # runs for real (Triton interpreter on CPU) where the errors are measured, and is skipped inside do_bench.
-import contextlib
-import statistics
-import types
-
-import pytest
-import torch.nn.functional as F
-from torch.autograd import DeviceType
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-import attention_fp8
-
 SHAPE = (1, 2, 64, 64)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"     # the fp8 kernel: on the GPU, or the interpreter on CPU
 CAUSAL_FLOPS = 4 * 1 * 2 * 64 * 64 * 64 / 2    # forward FLOPs of SHAPE, causal: half the full matrix

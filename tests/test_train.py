@@ -5,7 +5,6 @@ import dataclasses
 import errno
 import json
 import os
-import random
 import re
 import shutil
 import signal
