@@ -1,6 +1,7 @@
 """The README, SPEED.md and TESTING.md against the repository: every log, script and preset they cite
 exists, the README's file list names every source file, and CI runs the README's test command. A fork
 that moves a results file or adds a script without saying so fails here, not in a reader's hands."""
+import fnmatch
 import glob
 import os
 import re
@@ -19,10 +20,24 @@ def cited_paths(text):
     return {m.rstrip(".,;:") for m in re.findall(r"`((?:results|tests|config|data)/[^`\s]*)`", text)}
 
 
+def is_output(path):
+    """Whether .gitignore covers the path: a file a run makes (data/builtin/meta.json), not one shipped."""
+    parts = path.rstrip("/").split("/")
+    for pattern in read(".gitignore").split():
+        folders_only = pattern.endswith("/")     # out*/ : a folder of that name, not a file
+        pattern = pattern.strip("/")
+        if "/" in pattern:
+            if fnmatch.fnmatch(path, pattern.replace("**/", "*")):
+                return True
+        elif any(fnmatch.fnmatch(part, pattern) for part in (parts[:-1] if folders_only else parts)):
+            return True
+    return False
+
+
 def test_cited_paths_exist():
     missing = []
     for doc in DOCS:
-        for path in sorted(cited_paths(read(doc))):
+        for path in sorted(p for p in cited_paths(read(doc)) if not is_output(p)):
             found = glob.glob(os.path.join(ROOT, path)) if "*" in path else os.path.exists(os.path.join(ROOT, path))
             if not found:
                 missing.append(f"{doc}: {path}")
@@ -34,6 +49,9 @@ def test_cited_paths_are_found():
     paths = cited_paths("see `results/a.txt`, `tests/b.py`; and `results/ci_*.txt`. not results/c.txt")
     assert paths == {"results/a.txt", "tests/b.py", "results/ci_*.txt"}
     assert len(cited_paths(read("README.md"))) > 50
+    assert is_output("data/builtin/meta.json") and is_output("data/x/y_train_000000.bin")
+    assert not is_output("data/builtin/prepare.py") and not is_output("results/session55/train_cpu_default.txt")
+    assert is_output("out/ckpt.pt") and is_output("out_sdpa/metrics.jsonl") and not is_output("results/output.txt")
 
 
 def test_readme_lists_every_source_file():
