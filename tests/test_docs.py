@@ -20,10 +20,10 @@ def cited_paths(text):
     return {m.rstrip(".,;:") for m in re.findall(r"`((?:results|tests|config|data)/[^`\s]*)`", text)}
 
 
-def is_output(path):
+def is_output(path, ignored=read(".gitignore").split()):
     """Whether .gitignore covers the path: a file a run makes (data/builtin/meta.json), not one shipped."""
     parts = path.rstrip("/").split("/")
-    for pattern in read(".gitignore").split():
+    for pattern in ignored:
         folders_only = pattern.endswith("/")     # out*/ : a folder of that name, not a file
         pattern = pattern.strip("/")
         if "/" in pattern:
